@@ -1,0 +1,72 @@
+"""The `k25-ctl` command."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from daemon.engines import engine_for
+from daemon.errors import K25Error
+from daemon.profiles import load_profiles
+from daemon.settings import load_settings
+
+EXIT_OK, EXIT_USAGE, EXIT_FAILED, EXIT_BUSY = 0, 2, 3, 4
+
+
+def _cmd_launch(args: argparse.Namespace) -> int:
+    from daemon.launch import exec_profile
+
+    exec_profile(load_settings(), args.profile)
+    return EXIT_FAILED  # exec_profile only returns by raising
+
+
+def _cmd_check_profiles(args: argparse.Namespace) -> int:
+    settings = load_settings()
+    directory = args.dir or settings.profiles_path
+    result = load_profiles(directory, check_paths=settings.check_model_paths and not args.no_paths)
+    valid = {
+        n: {"file": str(lp.file), "argv": engine_for(lp.profile).argv(lp.profile), "unit": lp.profile.unit}
+        for n, lp in result.valid.items()
+    }
+    invalid = [str(inv) for inv in result.invalid]
+    if args.json:
+        print(json.dumps({"valid": valid, "invalid": invalid}, indent=2))
+    else:
+        for name, info in valid.items():
+            print(f"ok       {name:20} {info['unit']}")
+        for line in invalid:
+            print(f"INVALID  {line}")
+    return EXIT_OK if not result.invalid else EXIT_FAILED
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="k25-ctl", description="control plane of a GPU inference host")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("launch", help="exec the engine of PROFILE (what engine units run)")
+    p.add_argument("profile")
+    p.set_defaults(func=_cmd_launch)
+
+    p = sub.add_parser("check-profiles", help="validate the profiles folder and print each rendered argv")
+    p.add_argument("--dir", type=Path)
+    p.add_argument("--no-paths", action="store_true", help="do not check that model paths exist")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_check_profiles)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        code: int = args.func(args)
+    except K25Error as e:
+        print(f"k25-ctl: {e}", file=sys.stderr)
+        return EXIT_USAGE if e.status_code in (404, 422) else EXIT_FAILED
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""The one small interface every engine module implements, and the types it speaks in."""
+
+from __future__ import annotations
+
+import enum
+import re
+from abc import ABC, abstractmethod
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from daemon.profiles import Profile
+
+# The safetensors loader's tqdm bar, printed by both engines' rank 0:
+# `{desc}: {percentage:3.0f}% Completed | {n}/{total} [...]`, with or without a `(Worker pid=..)` prefix.
+LOAD_PROGRESS_RE = re.compile(r"Loading safetensors checkpoint shards:\s*(\d{1,3})% Completed \| (\d+)/(\d+)")
+
+# Error lines every Python engine prints the same way; engines add their own.
+COMMON_ERROR_RES = (
+    re.compile(r"\bERROR\b"),
+    re.compile(r"Traceback \(most recent call last\)"),
+    re.compile(
+        r"\b(SyntaxError|AttributeError|RuntimeError|ImportError|ModuleNotFoundError|AssertionError)\b"
+    ),
+    re.compile(r"CUDA out of memory|OutOfMemoryError"),
+    re.compile(r"NCCL error|ncclInternalError|ncclSystemError"),
+    re.compile(r"Bus error|Segmentation fault|core dumped"),
+)
+
+# Shared-memory names left by Python SharedMemory, NCCL, PyTorch and multiprocessing semaphores.
+COMMON_SHM_PATTERNS = ("psm_*", "nccl-*", "torch_*", "sem.mp-*")
+
+
+class Readiness(enum.StrEnum):
+    LOADING = "loading"  # HTTP not served yet: weights still loading
+    WARMING = "warming"  # HTTP up but the engine says it cannot serve yet
+    HEALTHY = "healthy"  # health rule passes; a real generation must still prove it
+    DEAD = "dead"  # the engine reports itself dead
+
+
+class LogKind(enum.StrEnum):
+    PROGRESS = "progress"
+    READY = "ready"
+    ERROR = "error"
+    MILESTONE = "milestone"
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    kind: LogKind
+    line: str
+    percent: int | None = None
+    done: int | None = None
+    total: int | None = None
+
+
+@dataclass(frozen=True)
+class MetricsSnapshot:
+    """The engine counters k25-ctl uses, summed over label sets (engines, TP ranks)."""
+
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    requests: float | None = None
+    spec_drafts: float | None = None
+    spec_draft_tokens: float | None = None
+    spec_accepted: float | None = None
+    spec_accepted_per_pos: dict[int, float] = field(default_factory=dict)
+    # SGLang: interval gauges, and the lifetime mean from /server_info.
+    spec_accept_length_gauge: float | None = None
+    spec_accept_rate_gauge: float | None = None
+    server_accept_length: float | None = None
+
+
+@dataclass(frozen=True)
+class UsageDelta:
+    """What happened between two scrapes. Acceptance length includes the bonus token (1..k+1);
+    `acceptance_rate` is the engine's native rate, `normalized_rate` the vLLM definition
+    (accepted / proposed draft tokens), comparable across engines."""
+
+    prompt_tokens: float
+    generation_tokens: float
+    acceptance_length: float | None = None
+    acceptance_rate: float | None = None
+    normalized_rate: float | None = None
+    per_position: list[float] = field(default_factory=list)
+
+
+def metric_samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Parse a Prometheus text scrape (prometheus_client's parser) into sample name -> [(labels, value)]."""
+    out: dict[str, list[tuple[dict[str, str], float]]] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            out.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
+    return out
+
+
+def total(samples: dict[str, list[tuple[dict[str, str], float]]], name: str) -> float | None:
+    rows = samples.get(name)
+    return None if rows is None else sum(v for _, v in rows)
+
+
+def delta(after: float | None, before: float | None) -> float | None:
+    if after is None or before is None:
+        return None
+    return after - before
+
+
+def ratio(num: float | None, den: float | None) -> float | None:
+    if num is None or den is None or den <= 0:
+        return None
+    return num / den
+
+
+class Engine(ABC):
+    """What k25-ctl knows about one engine. Stateless; one instance per engine."""
+
+    name: str
+    default_health_path: str | None = "/health"
+    default_metrics_path: str | None = "/metrics"
+    process_titles: tuple[str, ...] = ()  # fnmatch patterns of the engine's process titles
+    shm_patterns: tuple[str, ...] = COMMON_SHM_PATTERNS
+    ready_res: tuple[re.Pattern[str], ...] = ()
+    milestone_res: tuple[re.Pattern[str], ...] = ()
+    error_res: tuple[re.Pattern[str], ...] = COMMON_ERROR_RES
+    noise_res: tuple[re.Pattern[str], ...] = ()  # known harmless lines that match an error pattern
+
+    def argv(self, profile: Profile) -> list[str]:
+        """The command line the unit execs: the profile's `command` verbatim, or the rendered one."""
+        if profile.command is not None:
+            return list(profile.command)
+        return self.render(profile)
+
+    @abstractmethod
+    def render(self, profile: Profile) -> list[str]: ...
+
+    def environment(self, profile: Profile) -> dict[str, str]:
+        env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in profile.gpus)}
+        env.update(profile.environment)
+        return env
+
+    def check(self, profile: Profile) -> list[tuple[str, str]]:
+        """Engine-specific validation: (key, message) for each problem."""
+        return []
+
+    def health_path(self, profile: Profile) -> str | None:
+        return profile.health_path or self.default_health_path
+
+    def metrics_path(self, profile: Profile) -> str | None:
+        return profile.metrics_path or self.default_metrics_path
+
+    def readiness(self, status: int | None) -> Readiness:
+        """Map a health answer (None: connection refused) to a readiness state."""
+        if status is None:
+            return Readiness.LOADING
+        if status == 200:
+            return Readiness.HEALTHY
+        return Readiness.WARMING
+
+    def probe_request(self, profile: Profile) -> tuple[str, dict[str, Any]]:
+        """One small streamed completion: ready means it finishes in time."""
+        body = {
+            "model": profile.served_model_name or profile.model,
+            "prompt": "Say hello.",
+            "max_tokens": 4,
+            "temperature": 0,
+            "stream": True,
+        }
+        return "/v1/completions", body
+
+    def classify_line(self, line: str, ignore: Iterable[re.Pattern[str]] = ()) -> LogEvent | None:
+        if m := LOAD_PROGRESS_RE.search(line):
+            return LogEvent(LogKind.PROGRESS, line, int(m[1]), int(m[2]), int(m[3]))
+        if any(r.search(line) for r in self.ready_res):
+            return LogEvent(LogKind.READY, line)
+        if any(r.search(line) for r in self.error_res):
+            if any(r.search(line) for r in (*self.noise_res, *ignore)):
+                return None
+            return LogEvent(LogKind.ERROR, line)
+        if any(r.search(line) for r in self.milestone_res):
+            return LogEvent(LogKind.MILESTONE, line)
+        return None
+
+    def parse_metrics(self, text: str) -> MetricsSnapshot:
+        return MetricsSnapshot()
+
+    def usage_delta(self, profile: Profile, before: MetricsSnapshot, after: MetricsSnapshot) -> UsageDelta:
+        return UsageDelta(
+            prompt_tokens=delta(after.prompt_tokens, before.prompt_tokens) or 0.0,
+            generation_tokens=delta(after.generation_tokens, before.generation_tokens) or 0.0,
+        )
+
+
+def ignore_patterns(profile: Profile) -> list[re.Pattern[str]]:
+    return [re.compile(p) for p in profile.log_ignore]

@@ -1,0 +1,19 @@
+"""An engine k25-ctl knows only through the profile: its `command`, `health_path` and `metrics_path`."""
+
+from __future__ import annotations
+
+from daemon.engines.base import Engine
+from daemon.profiles import Profile
+
+
+class CustomEngine(Engine):
+    name = "custom"
+    default_health_path = None
+    default_metrics_path = None
+
+    def render(self, profile: Profile) -> list[str]:
+        # Profile validation guarantees a command for engine `custom`.
+        return list(profile.command or [])
+
+
+ENGINE = CustomEngine()

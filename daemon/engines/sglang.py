@@ -1,0 +1,142 @@
+"""SGLang: argv, readiness, metrics and log knowledge (shared/ENGINES.md)."""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from daemon.engines.base import (
+    COMMON_SHM_PATTERNS,
+    Engine,
+    MetricsSnapshot,
+    Readiness,
+    UsageDelta,
+    delta,
+    metric_samples,
+    ratio,
+    total,
+)
+from daemon.profiles import Profile
+
+SPEC_ALGORITHMS = {"eagle3": "EAGLE3", "eagle": "EAGLE"}
+
+M_PROMPT = "sglang:prompt_tokens_total"
+M_GENERATION = "sglang:generation_tokens_total"
+M_REQUESTS = "sglang:num_requests_total"
+M_ACCEPT_LENGTH = "sglang:spec_accept_length"
+M_ACCEPT_RATE = "sglang:spec_accept_rate"
+SERVER_INFO_PATH = "/server_info"
+
+
+class SglangEngine(Engine):
+    name = "sglang"
+    process_titles = ("sglang::*",)
+    shm_patterns = (*COMMON_SHM_PATTERNS, "sem.loky-*", "sgl_shm_*", "multi_tokenizer_args_*")
+    ready_res = (re.compile(r"The server is fired up and ready to roll!"),)
+    milestone_res = (
+        re.compile(r"Load weight begin\."),
+        re.compile(r"Load weight end\."),
+        re.compile(r"Capture cuda graph begin"),
+        re.compile(r"Uvicorn running on "),
+    )
+
+    def render(self, profile: Profile) -> list[str]:
+        argv = [
+            "python3",
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            profile.model,
+            "--tp-size",
+            str(profile.tensor_parallel_size),
+        ]
+        if profile.trust_remote_code:
+            argv.append("--trust-remote-code")
+        # Metrics are off by default in SGLang; k25-ctl needs them.
+        argv += ["--host", profile.host, "--port", str(profile.port), "--enable-metrics"]
+        if profile.served_model_name:
+            argv += ["--served-model-name", profile.served_model_name]
+        if profile.memory_fraction is not None:
+            argv += ["--mem-fraction-static", str(profile.memory_fraction)]
+        if (spec := profile.speculative) is not None:
+            argv += [
+                "--speculative-algorithm",
+                SPEC_ALGORITHMS[spec.method],
+                "--speculative-draft-model-path",
+                spec.draft_model,
+                "--speculative-num-steps",
+                str(spec.num_speculative_tokens),
+                "--speculative-eagle-topk",
+                str(spec.eagle_topk),
+                "--speculative-num-draft-tokens",
+                str(spec.draft_tokens_per_step),
+            ]
+        return argv + profile.extra_args
+
+    def check(self, profile: Profile) -> list[tuple[str, str]]:
+        spec = profile.speculative
+        if spec is not None and spec.method not in SPEC_ALGORITHMS:
+            return [("speculative.method", f"SGLang supports {sorted(SPEC_ALGORITHMS)}, not {spec.method!r}")]
+        return []
+
+    def readiness(self, status: int | None) -> Readiness:
+        # Recent builds answer 503 from /health until the warm-up generation succeeded.
+        if status is None:
+            return Readiness.LOADING
+        return Readiness.HEALTHY if status == 200 else Readiness.WARMING
+
+    def parse_metrics(self, text: str) -> MetricsSnapshot:
+        s = metric_samples(text)
+        lengths = [v for _, v in s.get(M_ACCEPT_LENGTH, [])]
+        rates = [v for _, v in s.get(M_ACCEPT_RATE, [])]
+        return MetricsSnapshot(
+            prompt_tokens=total(s, M_PROMPT),
+            generation_tokens=total(s, M_GENERATION),
+            requests=total(s, M_REQUESTS),
+            # Gauges are per TP rank: the mean, not the sum.
+            spec_accept_length_gauge=sum(lengths) / len(lengths) if lengths else None,
+            spec_accept_rate_gauge=sum(rates) / len(rates) if rates else None,
+        )
+
+    @staticmethod
+    def server_accept_length(server_info: dict[str, Any]) -> float | None:
+        """Lifetime mean accept length from /server_info (`internal_states[i].avg_spec_accept_length`)."""
+        states = server_info.get("internal_states") or []
+        values = [
+            float(st["avg_spec_accept_length"])
+            for st in states
+            if isinstance(st, dict) and st.get("avg_spec_accept_length") is not None
+        ]
+        return sum(values) / len(values) if values else None
+
+    def usage_delta(self, profile: Profile, before: MetricsSnapshot, after: MetricsSnapshot) -> UsageDelta:
+        base = super().usage_delta(profile, before, after)
+        length = _interval_accept_length(before, after)
+        if length is None:
+            length = after.spec_accept_length_gauge
+        spec = profile.speculative
+        if length is None or spec is None:
+            return base
+        per_step = spec.draft_tokens_per_step
+        return UsageDelta(
+            prompt_tokens=base.prompt_tokens,
+            generation_tokens=base.generation_tokens,
+            acceptance_length=length,
+            # SGLang's own rate counts the bonus token; the normalised one is vLLM's definition.
+            acceptance_rate=length / per_step,
+            normalized_rate=(length - 1.0) / (per_step - 1) if per_step > 1 else None,
+        )
+
+
+def _interval_accept_length(before: MetricsSnapshot, after: MetricsSnapshot) -> float | None:
+    """The lifetime mean L = tokens / verify steps; steps = tokens / L on each side, so the interval's
+    mean is Δtokens / Δsteps."""
+    g1, g2 = before.generation_tokens, after.generation_tokens
+    l1, l2 = before.server_accept_length, after.server_accept_length
+    if g1 is None or g2 is None or l2 is None or l2 <= 0:
+        return None
+    steps_before = g1 / l1 if l1 and l1 > 0 else 0.0
+    return ratio(delta(g2, g1), g2 / l2 - steps_before)
+
+
+ENGINE = SglangEngine()

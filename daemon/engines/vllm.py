@@ -1,0 +1,122 @@
+"""vLLM (V1 engine): argv, readiness, metrics and log knowledge (shared/ENGINES.md)."""
+
+from __future__ import annotations
+
+import json
+import re
+
+from daemon.engines.base import (
+    COMMON_SHM_PATTERNS,
+    Engine,
+    MetricsSnapshot,
+    Readiness,
+    UsageDelta,
+    delta,
+    metric_samples,
+    ratio,
+    total,
+)
+from daemon.profiles import Profile
+
+SPEC_METHODS = {"eagle3": "eagle3", "eagle": "eagle", "ngram": "ngram", "mtp": "mtp"}
+
+M_PROMPT = "vllm:prompt_tokens_total"
+M_GENERATION = "vllm:generation_tokens_total"
+M_SUCCESS = "vllm:request_success_total"
+M_DRAFTS = "vllm:spec_decode_num_drafts_total"
+M_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
+M_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
+M_ACCEPTED_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+
+
+class VllmEngine(Engine):
+    name = "vllm"
+    process_titles = ("VLLM::*",)
+    shm_patterns = (*COMMON_SHM_PATTERNS, "vllm_offload_*.mmap", "VLLM_OBJECT_STORAGE_SHM_BUFFER*")
+    ready_res = (
+        re.compile(r"Application startup complete\."),
+        re.compile(r"Starting vLLM (API )?server( \d+)? on "),
+    )
+    milestone_res = (
+        re.compile(r"Model loading took [\d.]+ GiB"),
+        re.compile(r"Capturing CUDA graphs"),
+        re.compile(r"Graph capturing finished in"),
+    )
+
+    def render(self, profile: Profile) -> list[str]:
+        argv = ["vllm", "serve", profile.model, "--tensor-parallel-size", str(profile.tensor_parallel_size)]
+        if profile.trust_remote_code:
+            argv.append("--trust-remote-code")
+        # Without --host vLLM binds every interface.
+        argv += ["--host", profile.host, "--port", str(profile.port)]
+        if profile.served_model_name:
+            argv += ["--served-model-name", profile.served_model_name]
+        if profile.memory_fraction is not None:
+            argv += ["--gpu-memory-utilization", str(profile.memory_fraction)]
+        if (spec := profile.speculative) is not None:
+            config: dict[str, object] = {
+                "method": SPEC_METHODS[spec.method],
+                "model": spec.draft_model,
+                "num_speculative_tokens": spec.num_speculative_tokens,
+            }
+            if spec.draft_tensor_parallel_size is not None:
+                config["draft_tensor_parallel_size"] = spec.draft_tensor_parallel_size
+            argv += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
+        return argv + profile.extra_args
+
+    def check(self, profile: Profile) -> list[tuple[str, str]]:
+        spec = profile.speculative
+        if spec is None or spec.draft_tensor_parallel_size is None:
+            return []
+        if spec.draft_tensor_parallel_size not in (1, profile.tensor_parallel_size):
+            return [
+                (
+                    "speculative.draft_tensor_parallel_size",
+                    f"vLLM accepts 1 or the target's TP ({profile.tensor_parallel_size})",
+                )
+            ]
+        return []
+
+    def readiness(self, status: int | None) -> Readiness:
+        # HTTP is not served while loading; once up, /health is 200, or 503 when the engine died.
+        if status is None:
+            return Readiness.LOADING
+        return Readiness.HEALTHY if status == 200 else Readiness.DEAD
+
+    def parse_metrics(self, text: str) -> MetricsSnapshot:
+        s = metric_samples(text)
+        per_pos: dict[int, float] = {}
+        for labels, value in s.get(M_ACCEPTED_POS, []):
+            pos = int(labels.get("position", "0"))
+            per_pos[pos] = per_pos.get(pos, 0.0) + value
+        return MetricsSnapshot(
+            prompt_tokens=total(s, M_PROMPT),
+            generation_tokens=total(s, M_GENERATION),
+            requests=total(s, M_SUCCESS),
+            spec_drafts=total(s, M_DRAFTS),
+            spec_draft_tokens=total(s, M_DRAFT_TOKENS),
+            spec_accepted=total(s, M_ACCEPTED),
+            spec_accepted_per_pos=per_pos,
+        )
+
+    def usage_delta(self, profile: Profile, before: MetricsSnapshot, after: MetricsSnapshot) -> UsageDelta:
+        base = super().usage_delta(profile, before, after)
+        accepted = delta(after.spec_accepted, before.spec_accepted)
+        drafts = delta(after.spec_drafts, before.spec_drafts)
+        rate = ratio(accepted, delta(after.spec_draft_tokens, before.spec_draft_tokens))
+        per_mean = ratio(accepted, drafts)
+        per_position = [
+            ratio(v - before.spec_accepted_per_pos.get(pos, 0.0), drafts) or 0.0
+            for pos, v in sorted(after.spec_accepted_per_pos.items())
+        ]
+        return UsageDelta(
+            prompt_tokens=base.prompt_tokens,
+            generation_tokens=base.generation_tokens,
+            acceptance_length=None if per_mean is None else 1.0 + per_mean,
+            acceptance_rate=rate,
+            normalized_rate=rate,
+            per_position=per_position if drafts else [],
+        )
+
+
+ENGINE = VllmEngine()

@@ -1,0 +1,241 @@
+"""Serving profiles: one TOML file each in profiles.d/. Loading never raises for one bad file: it returns
+the valid profiles and, for every invalid one, the file and key at fault with a message."""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+# A systemd service name: no path separators, optional template instance, `.service` suffix.
+UNIT_RE = re.compile(r"^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]+)?\.service$")
+
+EngineName = Literal["vllm", "sglang", "custom"]
+
+
+class SpeculativeConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    method: Literal["eagle3", "eagle", "ngram", "mtp"] = "eagle3"
+    draft_model: str = Field(min_length=1)
+    # vLLM's num_speculative_tokens; SGLang's speculative-num-steps.
+    num_speculative_tokens: int = Field(default=3, ge=1, le=16)
+    draft_tensor_parallel_size: int | None = Field(default=None, ge=1)
+    # SGLang only.
+    eagle_topk: int = Field(default=1, ge=1)
+    num_draft_tokens: int | None = Field(default=None, ge=2)
+
+    @property
+    def draft_tokens_per_step(self) -> int:
+        """Tokens verified per step, bonus token included (SGLang's num-draft-tokens)."""
+        return self.num_draft_tokens or self.num_speculative_tokens + 1
+
+
+class Profile(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str
+    description: str = ""
+    engine: EngineName
+    unit: str = ""  # default: k25-engine@<name>.service
+    adopt: bool = False  # an operator-written unit: only start and stop it
+    model: str = Field(min_length=1)
+    served_model_name: str | None = None
+    host: str = "127.0.0.1"
+    port: int = Field(ge=1, le=65535)
+    tensor_parallel_size: int = Field(default=8, ge=1)
+    gpus: list[int] = Field(default_factory=lambda: list(range(8)))
+    memory_fraction: float | None = Field(default=None, gt=0, le=1)
+    trust_remote_code: bool = True
+    extra_args: list[str] = Field(default_factory=list)
+    environment: dict[str, str] = Field(default_factory=dict)
+    speculative: SpeculativeConfig | None = None
+    command: list[str] | None = None
+    health_path: str | None = None
+    metrics_path: str | None = None
+    load_timeout_s: float = Field(default=2700.0, gt=0)
+    probe_timeout_s: float = Field(default=60.0, gt=0)
+    log_ignore: list[str] = Field(default_factory=list)
+
+    @field_validator("name")
+    @classmethod
+    def _safe_name(cls, v: str) -> str:
+        if not NAME_RE.match(v):
+            raise ValueError("must be lowercase letters, digits, '-' or '_' (no path separators or dots)")
+        return v
+
+    @field_validator("unit")
+    @classmethod
+    def _safe_unit(cls, v: str) -> str:
+        if v and not UNIT_RE.match(v):
+            raise ValueError(f"{v!r} is not a valid systemd service name (NAME.service, no '/')")
+        return v
+
+    @field_validator("gpus")
+    @classmethod
+    def _gpus(cls, v: list[int]) -> list[int]:
+        if not v or any(g < 0 for g in v) or len(set(v)) != len(v):
+            raise ValueError("must be a non-empty list of distinct GPU indices >= 0")
+        return v
+
+    @field_validator("log_ignore")
+    @classmethod
+    def _patterns(cls, v: list[str]) -> list[str]:
+        for p in v:
+            try:
+                re.compile(p)
+            except re.error as e:
+                raise ValueError(f"{p!r} is not a regular expression: {e}") from e
+        return v
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: list[str] | None) -> list[str] | None:
+        if v is not None and (not v or not v[0]):
+            raise ValueError("must be a non-empty argv list")
+        return v
+
+    @field_validator("health_path", "metrics_path")
+    @classmethod
+    def _http_path(cls, v: str | None) -> str | None:
+        if v is not None and not v.startswith("/"):
+            raise ValueError("must start with '/'")
+        return v
+
+    @model_validator(mode="after")
+    def _consistent(self) -> Profile:
+        if self.tensor_parallel_size > len(self.gpus):
+            raise ValueError(
+                f"tensor_parallel_size: {self.tensor_parallel_size} is larger than the "
+                f"{len(self.gpus)} GPUs listed in gpus"
+            )
+        if self.engine == "custom":
+            if self.command is None:
+                raise ValueError("command: engine 'custom' needs an explicit command")
+            if self.health_path is None:
+                raise ValueError("health_path: engine 'custom' needs a health_path to probe")
+        if not self.unit:
+            object.__setattr__(self, "unit", f"k25-engine@{self.name}.service")
+        return self
+
+    @property
+    def base_url(self) -> str:
+        host = "127.0.0.1" if self.host in ("0.0.0.0", "::", "") else self.host  # noqa: S104
+        return f"http://{host}:{self.port}"
+
+
+@dataclass(frozen=True)
+class ProfileProblem:
+    key: str
+    message: str
+
+
+@dataclass(frozen=True)
+class InvalidProfile:
+    file: Path
+    name: str
+    problems: list[ProfileProblem]
+
+    def __str__(self) -> str:
+        return "; ".join(f"{self.file}: key {p.key!r}: {p.message}" for p in self.problems)
+
+
+@dataclass(frozen=True)
+class LoadedProfile:
+    profile: Profile
+    file: Path
+    sha256: str
+
+
+@dataclass
+class ProfileSet:
+    valid: dict[str, LoadedProfile] = field(default_factory=dict)
+    invalid: list[InvalidProfile] = field(default_factory=list)
+
+    def get(self, name: str) -> LoadedProfile | None:
+        return self.valid.get(name)
+
+
+def _problems_from_validation(err: ValidationError) -> list[ProfileProblem]:
+    out = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown key"
+        elif e["type"] == "missing":
+            msg = "missing required key"
+        if not loc:
+            # Model-level checks name their key as "key: message".
+            loc, _, msg = msg.removeprefix("Value error, ").partition(": ")
+        else:
+            msg = msg.removeprefix("Value error, ")
+        out.append(ProfileProblem(loc, msg))
+    return out
+
+
+def parse_profile(path: Path, *, check_paths: bool = False) -> LoadedProfile | InvalidProfile:
+    """Parse and validate one file on its own (cross-profile checks are in load_profiles)."""
+    stem = path.stem
+    try:
+        raw = path.read_bytes()
+        data = tomllib.loads(raw.decode("utf-8"))
+    except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
+        return InvalidProfile(path, stem, [ProfileProblem("(file)", f"cannot be read as TOML: {e}")])
+    data.setdefault("name", stem)
+    try:
+        profile = Profile.model_validate(data)
+    except ValidationError as e:
+        return InvalidProfile(path, stem, _problems_from_validation(e))
+    problems = []
+    if profile.name != stem:
+        problems.append(ProfileProblem("name", f"{profile.name!r} differs from the file name {stem!r}"))
+    if check_paths:
+        if not Path(profile.model).exists():
+            problems.append(ProfileProblem("model", f"model path {profile.model} does not exist"))
+        spec = profile.speculative
+        if spec is not None and not Path(spec.draft_model).exists():
+            problems.append(
+                ProfileProblem("speculative.draft_model", f"drafter path {spec.draft_model} does not exist")
+            )
+    from daemon.engines import engine_for  # engines import this module's types
+
+    problems += [ProfileProblem(k, m) for k, m in engine_for(profile).check(profile)]
+    if problems:
+        return InvalidProfile(path, stem, problems)
+    return LoadedProfile(profile, path, hashlib.sha256(raw).hexdigest())
+
+
+def load_profiles(directory: Path, *, check_paths: bool = False) -> ProfileSet:
+    result = ProfileSet()
+    try:
+        files = sorted(p for p in directory.glob("*.toml") if p.is_file())
+    except OSError as e:
+        result.invalid.append(InvalidProfile(directory, "", [ProfileProblem("(dir)", str(e))]))
+        return result
+    ports: dict[tuple[str, int], str] = {}
+    units: dict[str, str] = {}
+    for path in files:
+        item = parse_profile(path, check_paths=check_paths)
+        if isinstance(item, InvalidProfile):
+            result.invalid.append(item)
+            continue
+        p = item.profile
+        clash = []
+        if (owner := ports.get((p.host, p.port))) is not None:
+            clash.append(ProfileProblem("port", f"port {p.port} is already used by profile {owner!r}"))
+        if (owner := units.get(p.unit)) is not None:
+            clash.append(ProfileProblem("unit", f"unit {p.unit} is already used by profile {owner!r}"))
+        if clash:
+            result.invalid.append(InvalidProfile(path, p.name, clash))
+            continue
+        ports[(p.host, p.port)] = p.name
+        units[p.unit] = p.name
+        result.valid[p.name] = item
+    return result

@@ -1,0 +1,99 @@
+"""Daemon settings: `/etc/k25-ctl/k25-ctl.toml` (or the file named by K25_CONFIG), overridden by
+`K25_*` environment variables. Every path is a setting so that the sandbox and tests can point it
+elsewhere."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    TomlConfigSettingsSource,
+)
+
+DEFAULT_CONFIG_FILE = Path("/etc/k25-ctl/k25-ctl.toml")
+
+# Processes that are never signalled, whatever they hold (GPU monitors and management daemons).
+DEFAULT_PROTECTED_NAMES = (
+    "nvidia-persistenced",
+    "nv-hostengine",
+    "dcgm-exporter",
+    "nvidia-smi",
+    "nvidia-fabricmanager",
+    "nv-fabricmanager",
+    "systemd",
+    "dbus-daemon",
+    "sshd",
+)
+
+
+def config_file() -> Path:
+    return Path(os.environ.get("K25_CONFIG", str(DEFAULT_CONFIG_FILE)))
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(env_prefix="K25_", extra="forbid", env_ignore_empty=True)
+
+    config_dir: Path = Path("/etc/k25-ctl")
+    profiles_dir: Path | None = None  # default: <config_dir>/profiles.d
+    token_file: Path | None = None  # default: <config_dir>/token
+    state_dir: Path = Path("/var/lib/k25-ctl")
+    db_path: Path | None = None  # default: <state_dir>/k25.db
+    shm_dir: Path = Path("/dev/shm")  # noqa: S108 - the real shared-memory mount, not a temp file
+    gpu_device_glob: str = "/dev/nvidia*"
+    journal_command: list[str] = Field(default_factory=lambda: ["journalctl"])
+    gpu_backend: Literal["nvml", "simulated", "none"] = "nvml"
+    # Simulated GPUs (sandbox): how many, and their total memory in MiB.
+    sim_gpu_count: int = Field(default=8, ge=0, le=64)
+    sim_gpu_total_mib: int = Field(default=143_771, gt=0)
+
+    bind_host: str = "127.0.0.1"
+    port: int = Field(default=8025, ge=1, le=65535)
+    unix_socket: Path | None = None
+    reads_require_token: bool = False
+    max_body_bytes: int = Field(default=64 * 1024, gt=0)
+
+    default_profile: str = "baseline"
+    check_model_paths: bool = True
+    foreign_gpu_policy: Literal["kill", "refuse"] = "kill"
+    protected_names: list[str] = Field(default_factory=lambda: list(DEFAULT_PROTECTED_NAMES))
+    term_grace_s: float = Field(default=30.0, gt=0)
+    kill_grace_s: float = Field(default=10.0, gt=0)
+    verify_timeout_s: float = Field(default=60.0, gt=0)
+    verify_samples: int = Field(default=3, ge=1)
+    idle_memory_slack_mib: int = Field(default=1024, ge=0)
+    stop_timeout_s: float = Field(default=180.0, gt=0)
+
+    # Derived paths follow config_dir/state_dir unless set on their own.
+    @property
+    def profiles_path(self) -> Path:
+        return self.profiles_dir or self.config_dir / "profiles.d"
+
+    @property
+    def token_path(self) -> Path:
+        return self.token_file or self.config_dir / "token"
+
+    @property
+    def database_path(self) -> Path:
+        return self.db_path or self.state_dir / "k25.db"
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # The file is looked up when settings are built, never at import time.
+        return (init_settings, env_settings, TomlConfigSettingsSource(settings_cls, toml_file=config_file()))
+
+
+def load_settings() -> Settings:
+    return Settings()

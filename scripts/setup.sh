@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# Installs what k25-ctl's tests and demo need on a fresh machine (Debian, as root): system packages if
+# missing, and a virtual environment in .venv with the package and its dev extras. Idempotent.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+command -v systemd-analyze >/dev/null || need+=(systemd)
+command -v dbus-daemon >/dev/null || need+=(dbus)
+command -v fuser >/dev/null || need+=(psmisc)
+command -v unshare >/dev/null || need+=(util-linux)
+command -v curl >/dev/null || need+=(curl)
+if [ "${K25_WITH_BROWSER:-1}" = 1 ] && ! command -v chromium >/dev/null; then need+=(chromium); fi
+if [ ${#need[@]} -gt 0 ]; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+fi
+
+py=""
+for c in python3.12 python3.11 python3; do
+  if command -v "$c" >/dev/null && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then py=$c; break; fi
+done
+[ -n "$py" ] || { echo "setup: Python >= 3.11 is required" >&2; exit 1; }
+[ -x .venv/bin/python ] || "$py" -m venv .venv
+.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
