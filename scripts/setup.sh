@@ -19,7 +19,7 @@ fi
 
 py=""
 for c in python3.12 python3.11 python3; do
-  if command -v "$c" >/dev/null && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then py=$c; break; fi
+  if command -v "$c" >/dev/null && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then py=$c; break; fi
 done
 [ -n "$py" ] || { echo "setup: Python >= 3.11 is required" >&2; exit 1; }
 [ -x .venv/bin/python ] || "$py" -m venv .venv
