@@ -6,11 +6,15 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from daemon.engines import engine_for
 from daemon.errors import K25Error
 from daemon.profiles import load_profiles
 from daemon.settings import load_settings
+
+if TYPE_CHECKING:
+    from daemon.sandbox.sandbox import SandboxInfo
 
 EXIT_OK, EXIT_USAGE, EXIT_FAILED, EXIT_BUSY = 0, 2, 3, 4
 
@@ -41,6 +45,44 @@ def _cmd_check_profiles(args: argparse.Namespace) -> int:
     return EXIT_OK if not result.invalid else EXIT_FAILED
 
 
+def _cmd_serve(args: argparse.Namespace) -> int:
+    from daemon.serve import serve
+
+    serve(load_settings())
+    return EXIT_OK
+
+
+def _cmd_sandbox(args: argparse.Namespace) -> int:
+    from dataclasses import asdict
+
+    from daemon.sandbox import sandbox
+
+    if args.action == "up":
+        info = sandbox.up(port=args.port, profiles=args.profiles, load_seconds=args.load_seconds)
+    else:
+        info = sandbox.load(args.name)
+    if args.action == "down":
+        sandbox.down(info)
+        left = sandbox.leftovers(info)
+        print(json.dumps({"down": info.name, "left": left}) if args.json else f"sandbox {info.name} down")
+        return EXIT_OK if not left else EXIT_FAILED
+    if args.action == "shell":
+        import os
+
+        argv = info.inside(["bash", "-l"])
+        os.execvp(argv[0], argv)  # noqa: S606 - an interactive shell inside the sandbox
+    if args.json:
+        print(json.dumps(asdict(info) | {"alive": not _dead(info)}, indent=2))
+    else:
+        print(f"sandbox   {info.name} (PID {info.pid})\nAPI       {info.url}\ntoken     {info.token_file}")
+        print(f"shell     k25-ctl sandbox shell {info.name}\ndown      k25-ctl sandbox down {info.name}")
+    return EXIT_OK
+
+
+def _dead(info: SandboxInfo) -> bool:
+    return not Path(f"/proc/{info.pid}").exists()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="k25-ctl", description="control plane of a GPU inference host")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -54,6 +96,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-paths", action="store_true", help="do not check that model paths exist")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_check_profiles)
+
+    p = sub.add_parser("serve", help="run the daemon (what k25-ctl.service runs)")
+    p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser("sandbox", help="a real systemd in namespaces with fake engines (tests, demo)")
+    p.add_argument("action", choices=("up", "down", "status", "shell"))
+    p.add_argument("name", nargs="?", help="which sandbox (default: the newest)")
+    p.add_argument("--port", type=int, help="the daemon's API port (default: a free one)")
+    p.add_argument("--profiles", type=Path, help="a folder of extra profiles to add")
+    p.add_argument("--load-seconds", type=float, default=2.0, help="fake engines' weight loading time")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_sandbox)
     return parser
 
 

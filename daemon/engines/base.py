@@ -15,6 +15,9 @@ from daemon.profiles import Profile
 
 # The safetensors loader's tqdm bar, printed by both engines' rank 0:
 # `{desc}: {percentage:3.0f}% Completed | {n}/{total} [...]`, with or without a `(Worker pid=..)` prefix.
+LOAD_PROGRESS_LINE = (
+    "Loading safetensors checkpoint shards: {pct:3.0f}% Completed | {n}/{total} [{elapsed}<{left}, {rate}]"
+)
 LOAD_PROGRESS_RE = re.compile(r"Loading safetensors checkpoint shards:\s*(\d{1,3})% Completed \| (\d+)/(\d+)")
 
 # Error lines every Python engine prints the same way; engines add their own.

@@ -25,14 +25,27 @@ M_GENERATION = "sglang:generation_tokens_total"
 M_REQUESTS = "sglang:num_requests_total"
 M_ACCEPT_LENGTH = "sglang:spec_accept_length"
 M_ACCEPT_RATE = "sglang:spec_accept_rate"
+M_TTFT = "sglang:time_to_first_token_seconds"
+M_ITL = "sglang:inter_token_latency_seconds"
+M_E2E = "sglang:e2e_request_latency_seconds"
+M_THROUGHPUT = "sglang:gen_throughput"
+M_RUNNING = "sglang:num_running_reqs"
 SERVER_INFO_PATH = "/server_info"
+
+# What the engine prints and how its processes are named (the sandbox's fake engine speaks the same).
+TITLE_SCHEDULER = "sglang::scheduler_TP{rank}"
+TITLE_DETOKENIZER = "sglang::detokenizer"
+LINE_LOAD_BEGIN = "Load weight begin. avail mem={mem:.2f} GB"
+LINE_LOAD_END = "Load weight end. type=DeepseekV3ForCausalLM, dtype=torch.bfloat16, avail mem={mem:.2f} GB"
+LINE_READY = "The server is fired up and ready to roll!"
+SHM_NAME = "sgl_shm_{token}"
 
 
 class SglangEngine(Engine):
     name = "sglang"
     process_titles = ("sglang::*",)
     shm_patterns = (*COMMON_SHM_PATTERNS, "sem.loky-*", "sgl_shm_*", "multi_tokenizer_args_*")
-    ready_res = (re.compile(r"The server is fired up and ready to roll!"),)
+    ready_res = (re.compile(re.escape(LINE_READY)),)
     milestone_res = (
         re.compile(r"Load weight begin\."),
         re.compile(r"Load weight end\."),

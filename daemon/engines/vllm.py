@@ -27,6 +27,20 @@ M_DRAFTS = "vllm:spec_decode_num_drafts_total"
 M_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
 M_ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 M_ACCEPTED_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+M_TTFT = "vllm:time_to_first_token_seconds"
+M_ITL = "vllm:inter_token_latency_seconds"
+M_E2E = "vllm:e2e_request_latency_seconds"
+M_RUNNING = "vllm:num_requests_running"
+M_WAITING = "vllm:num_requests_waiting"
+M_KV_USAGE = "vllm:kv_cache_usage_perc"
+
+# What the engine prints and how its processes are named (the sandbox's fake engine speaks the same).
+TITLE_ENGINE_CORE = "VLLM::EngineCore"
+TITLE_WORKER = "VLLM::Worker_TP{rank}"
+LOG_PREFIX = "({role} pid={pid}) "
+LINE_LOADED = "Model loading took {gib:.4f} GiB and {secs:.6f} seconds"
+LINE_SERVER = "Starting vLLM server on http://{host}:{port}"
+SHM_NAME = "psm_{token}"
 
 
 class VllmEngine(Engine):

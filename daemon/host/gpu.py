@@ -1,0 +1,164 @@
+"""GPUs: the real ones through NVML, or simulated ones for the sandbox. No NVML means no GPUs, not a crash.
+Importable without the web stack (the device machine has no FastAPI)."""
+
+from __future__ import annotations
+
+import re
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from daemon.host.procs import ProcessView
+
+
+@dataclass(frozen=True)
+class GpuProcess:
+    pid: int
+    used_mib: int | None
+
+
+@dataclass(frozen=True)
+class GpuInfo:
+    index: int
+    name: str
+    uuid: str
+    memory_total_mib: int
+    memory_used_mib: int
+    processes: tuple[GpuProcess, ...]
+    utilization_pct: int | None = None
+    power_w: float | None = None
+
+
+class GpuView(Protocol):
+    def gpus(self) -> list[GpuInfo]: ...
+    def driver_version(self) -> str | None: ...
+
+
+MIB = 1024 * 1024
+
+
+class NvmlGpus:
+    """NVML, initialised on first use; every failure to reach it means "no GPUs"."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._nvml: Any = None
+        self._failed = False
+
+    def _lib(self) -> Any:
+        with self._lock:
+            if self._nvml is None and not self._failed:
+                try:
+                    import pynvml
+
+                    pynvml.nvmlInit()
+                    self._nvml = pynvml
+                except Exception:
+                    self._failed = True
+            return self._nvml
+
+    def driver_version(self) -> str | None:
+        nv = self._lib()
+        if nv is None:
+            return None
+        v = nv.nvmlSystemGetDriverVersion()
+        return v.decode() if isinstance(v, bytes) else str(v)
+
+    def gpus(self) -> list[GpuInfo]:
+        nv = self._lib()
+        if nv is None:
+            return []
+        out = []
+        for i in range(nv.nvmlDeviceGetCount()):
+            h = nv.nvmlDeviceGetHandleByIndex(i)
+            mem = nv.nvmlDeviceGetMemoryInfo(h)
+            procs = []
+            for getter in (nv.nvmlDeviceGetComputeRunningProcesses, nv.nvmlDeviceGetGraphicsRunningProcesses):
+                try:
+                    for p in getter(h):
+                        used = p.usedGpuMemory
+                        procs.append(GpuProcess(int(p.pid), None if used is None else int(used) // MIB))
+                except nv.NVMLError:
+                    pass
+            name = nv.nvmlDeviceGetName(h)
+            uuid = nv.nvmlDeviceGetUUID(h)
+            out.append(
+                GpuInfo(
+                    index=i,
+                    name=name.decode() if isinstance(name, bytes) else str(name),
+                    uuid=uuid.decode() if isinstance(uuid, bytes) else str(uuid),
+                    memory_total_mib=int(mem.total) // MIB,
+                    memory_used_mib=int(mem.used) // MIB,
+                    processes=tuple({p.pid: p for p in procs}.values()),
+                    utilization_pct=_optional(lambda h=h: int(nv.nvmlDeviceGetUtilizationRates(h).gpu), nv),
+                    power_w=_optional(lambda h=h: nv.nvmlDeviceGetPowerUsage(h) / 1000.0, nv),
+                )
+            )
+        return out
+
+
+def _optional(read: Any, nv: Any) -> Any:
+    try:
+        return read()
+    except nv.NVMLError:
+        return None
+
+
+class NoGpus:
+    def gpus(self) -> list[GpuInfo]:
+        return []
+
+    def driver_version(self) -> str | None:
+        return None
+
+
+DEVICE_INDEX_RE = re.compile(r"nvidia(\d+)$")
+
+
+class SimulatedGpus:
+    """GPUs of the sandbox: device N is the fake file `<dir>/nvidiaN`; a live process that maps it holds
+    `holder_mib` of its memory. So memory is used only while a holder lives, as on a real GPU."""
+
+    def __init__(
+        self,
+        procs: ProcessView,
+        device_glob: str,
+        *,
+        count: int = 8,
+        total_mib: int = 143_771,
+        holder_mib: int = 70_000,
+        idle_mib: int = 4,
+    ) -> None:
+        self._procs = procs
+        self._glob = device_glob
+        self._count = count
+        self._total = total_mib
+        self._holder = holder_mib
+        self._idle = idle_mib
+
+    def driver_version(self) -> str | None:
+        return "simulated"
+
+    def gpus(self) -> list[GpuInfo]:
+        holders: dict[int, list[int]] = {i: [] for i in range(self._count)}
+        for p in self._procs.snapshot(self._glob):
+            if p.state == "Z":
+                continue
+            for dev in p.mapped_devices:
+                m = DEVICE_INDEX_RE.search(Path(dev).name)
+                if m and int(m[1]) in holders:
+                    holders[int(m[1])].append(p.pid)
+        return [
+            GpuInfo(
+                index=i,
+                name="Simulated H200",
+                uuid=f"GPU-sim-{i:04d}",
+                memory_total_mib=self._total,
+                memory_used_mib=min(self._total, self._idle + self._holder * len(pids)),
+                processes=tuple(GpuProcess(pid, self._holder) for pid in sorted(pids)),
+                utilization_pct=0,
+                power_w=75.0,
+            )
+            for i, pids in holders.items()
+        ]

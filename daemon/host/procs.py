@@ -1,0 +1,137 @@
+"""Read-only view of processes (procfs + psutil): title, cmdline, uid, state (incl. D), wchan, cgroup, and
+which files under the GPU device glob each one has open or mapped."""
+
+from __future__ import annotations
+
+import contextlib
+import fnmatch
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import psutil
+
+PROC = Path("/proc")
+CGROUP_ROOTS = (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
+
+
+@dataclass(frozen=True)
+class ProcInfo:
+    pid: int
+    ppid: int
+    uid: int
+    name: str  # comm
+    title: str  # what ps shows: the (possibly setproctitle'd) command line
+    cmdline: tuple[str, ...]
+    state: str  # one letter, as in /proc/PID/stat: R S D Z T ...
+    wchan: str
+    cgroup: str  # the systemd (name=systemd or unified) cgroup path
+    open_devices: tuple[str, ...]
+    mapped_devices: tuple[str, ...]
+
+
+class ProcessView(Protocol):
+    def snapshot(self, device_glob: str) -> list[ProcInfo]: ...
+    def cgroup_pids(self, control_group: str) -> list[int]: ...
+    def alive(self, pid: int) -> bool: ...
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text(errors="replace")
+    except OSError:
+        return ""
+
+
+def systemd_cgroup(cgroup_file_text: str) -> str:
+    """The cgroup path of the name=systemd (v1) or unified (v2) hierarchy from /proc/PID/cgroup."""
+    unified = ""
+    for line in cgroup_file_text.splitlines():
+        hid, _, rest = line.partition(":")
+        controllers, _, path = rest.partition(":")
+        if controllers == "name=systemd":
+            return path
+        if hid == "0" and controllers == "":
+            unified = path
+    return unified
+
+
+def mapped_matching(maps_text: str, pattern: str) -> tuple[str, ...]:
+    found = []
+    for line in maps_text.splitlines():
+        parts = line.split(maxsplit=5)
+        if len(parts) == 6:
+            path = parts[5].removesuffix(" (deleted)")
+            if fnmatch.fnmatchcase(path, pattern) and path not in found:
+                found.append(path)
+    return tuple(found)
+
+
+def open_matching(pid: int, pattern: str) -> tuple[str, ...]:
+    found: list[str] = []
+    fd_dir = PROC / str(pid) / "fd"
+    try:
+        fds = list(fd_dir.iterdir())
+    except OSError:
+        return ()
+    for fd in fds:
+        with contextlib.suppress(OSError):
+            target = str(fd.readlink()).removesuffix(" (deleted)")
+            if fnmatch.fnmatchcase(target, pattern) and target not in found:
+                found.append(target)
+    return tuple(found)
+
+
+class ProcfsProcesses:
+    """The real view over /proc of the PID namespace the daemon runs in."""
+
+    def snapshot(self, device_glob: str) -> list[ProcInfo]:
+        out = []
+        attrs = ["pid", "ppid", "uids", "name", "cmdline", "status"]
+        for p in psutil.process_iter(attrs):
+            info = p.info
+            pid = info["pid"]
+            cmdline = tuple(info["cmdline"] or ())
+            base = PROC / str(pid)
+            state = _read(base / "stat").rpartition(")")[2].split()[:1]
+            out.append(
+                ProcInfo(
+                    pid=pid,
+                    ppid=info["ppid"] or 0,
+                    uid=info["uids"].real if info["uids"] else -1,
+                    name=info["name"] or "",
+                    title=" ".join(cmdline) or f"[{info['name']}]",
+                    cmdline=cmdline,
+                    state=state[0] if state else "?",
+                    wchan=_read(base / "wchan").strip(),
+                    cgroup=systemd_cgroup(_read(base / "cgroup")),
+                    open_devices=open_matching(pid, device_glob),
+                    mapped_devices=mapped_matching(_read(base / "maps"), device_glob),
+                )
+            )
+        return out
+
+    def cgroup_pids(self, control_group: str) -> list[int]:
+        """Every PID in the cgroup and below it (the kernel translates them into our PID namespace)."""
+        rel = control_group.lstrip("/")
+        for root in CGROUP_ROOTS:
+            top = root / rel
+            if rel and (top / "cgroup.procs").is_file():
+                return sorted(set(_pids_below(top)))
+        return []
+
+    def alive(self, pid: int) -> bool:
+        try:
+            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+
+
+def _pids_below(top: Path) -> Iterable[int]:
+    for dirpath, _dirs, files in os.walk(top):
+        if "cgroup.procs" in files:
+            for line in _read(Path(dirpath) / "cgroup.procs").split():
+                if line.isdigit():
+                    yield int(line)

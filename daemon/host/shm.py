@@ -1,0 +1,72 @@
+"""Read-only view of /dev/shm: each entry with its owner, and which live processes have it open or mapped."""
+
+from __future__ import annotations
+
+import os
+import stat
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import psutil
+
+from daemon.host.procs import PROC, mapped_matching, open_matching
+
+
+@dataclass(frozen=True)
+class ShmEntry:
+    name: str
+    path: str
+    size: int
+    uid: int
+    is_file: bool  # a regular file (never true for a symlink)
+    is_symlink: bool
+    users: tuple[int, ...]  # PIDs that have it open or mapped
+
+
+class ShmView(Protocol):
+    def entries(self) -> list[ShmEntry]: ...
+
+
+class DevShm:
+    def __init__(self, directory: Path) -> None:
+        self._dir = directory
+
+    def users(self) -> dict[str, set[int]]:
+        """Path -> PIDs holding it (open fd or mapping), over every live process."""
+        held: dict[str, set[int]] = {}
+        pattern = f"{self._dir}/*"
+        for pid in psutil.pids():
+            try:
+                maps = (PROC / str(pid) / "maps").read_text(errors="replace")
+            except OSError:
+                maps = ""
+            for path in (*open_matching(pid, pattern), *mapped_matching(maps, pattern)):
+                held.setdefault(path, set()).add(pid)
+        return held
+
+    def entries(self) -> list[ShmEntry]:
+        held = self.users()
+        out = []
+        try:
+            names = sorted(e.name for e in self._dir.iterdir())
+        except OSError:
+            return []
+        for name in names:
+            path = str(self._dir / name)
+            try:
+                st = os.lstat(path)
+            except OSError:
+                continue  # gone meanwhile
+            out.append(
+                ShmEntry(
+                    name=name,
+                    path=path,
+                    size=st.st_size,
+                    uid=st.st_uid,
+                    is_file=stat.S_ISREG(st.st_mode),
+                    is_symlink=stat.S_ISLNK(st.st_mode),
+                    users=tuple(sorted(held.get(path, ()))),
+                )
+            )
+        return out

@@ -1,0 +1,61 @@
+"""What the host has right now: profiles (valid and invalid), the engine units' states, the GPUs."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import asdict
+from typing import Any
+
+from daemon.engines import engine_for
+from daemon.errors import K25Error
+from daemon.host.gpu import GpuView
+from daemon.host.systemd import SystemdPort
+from daemon.profiles import ProfileSet, load_profiles
+from daemon.settings import Settings
+
+
+class Inventory:
+    def __init__(self, settings: Settings, systemd: SystemdPort, gpus: GpuView) -> None:
+        self._settings = settings
+        self._systemd = systemd
+        self._gpus = gpus
+        self.profiles = ProfileSet()
+
+    async def reload_profiles(self) -> ProfileSet:
+        s = self._settings
+        self.profiles = await asyncio.to_thread(
+            load_profiles, s.profiles_path, check_paths=s.check_model_paths
+        )
+        return self.profiles
+
+    async def unit_states(self) -> dict[str, dict[str, Any]]:
+        out: dict[str, dict[str, Any]] = {}
+        for name, lp in self.profiles.valid.items():
+            try:
+                st = await self._systemd.state(lp.profile.unit)
+                out[name] = {
+                    "unit": lp.profile.unit,
+                    "active_state": st.active_state,
+                    "sub_state": st.sub_state,
+                }
+            except K25Error as e:
+                out[name] = {"unit": lp.profile.unit, "error": str(e)}
+        return out
+
+    async def gpus(self) -> list[dict[str, Any]]:
+        return [asdict(g) for g in await asyncio.to_thread(self._gpus.gpus)]
+
+    def profile_summaries(self) -> dict[str, Any]:
+        return {
+            "valid": {
+                n: {
+                    "unit": lp.profile.unit,
+                    "engine": lp.profile.engine,
+                    "argv": engine_for(lp.profile).argv(lp.profile),
+                }
+                for n, lp in self.profiles.valid.items()
+            },
+            "invalid": [
+                {"file": str(i.file), "name": i.name, "error": str(i)} for i in self.profiles.invalid
+            ],
+        }

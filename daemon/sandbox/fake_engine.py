@@ -1,0 +1,167 @@
+"""A fake inference engine that speaks vLLM's or SGLang's real surface (shared/ENGINES.md): the loading
+log, no HTTP while loading, the flavor's /health, OpenAI streaming at a set token rate, real metric names,
+processes titled like the real ones that map the fake GPU device files, engine-named shm files, and faults
+on demand. `python -m daemon.sandbox.fake_engine --flavor vllm|sglang --port P ...`"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import setproctitle
+import uvicorn
+
+from daemon.engines import base
+from daemon.engines import sglang as sg
+from daemon.engines import vllm as vl
+from daemon.sandbox.fake_http import FakeConfig, build_app
+from daemon.sandbox.fake_procs import WorkerSpec, log, shm_token, spawn, stop_workers
+
+FAULTS = ("crash-loading", "deadlock", "ignore-sigterm", "orphan", "leak-shm")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="fake_engine", description=__doc__)
+    p.add_argument("--flavor", choices=("vllm", "sglang"), required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--model", default="/models/fake")
+    p.add_argument("--served-model-name", default="kimi-k2.5")
+    p.add_argument("--load-seconds", type=float, default=2.0, help="time the weight loading takes")
+    p.add_argument("--shards", type=int, default=8, help="checkpoint shards the progress bar counts")
+    p.add_argument(
+        "--warmup-seconds", type=float, default=0.5, help="SGLang: /health 503 this long after HTTP"
+    )
+    p.add_argument("--rate", type=float, default=80.0, help="output tokens per second")
+    p.add_argument("--spec-tokens", type=int, default=0, help="speculative tokens per step (0: none)")
+    p.add_argument("--acceptance", type=float, default=0.0, help="draft token acceptance rate (vLLM's)")
+    p.add_argument("--workers", type=int, default=0, help="TP workers (default: one per visible GPU)")
+    p.add_argument("--device-dir", type=Path, default=Path("/dev"), help="where nvidiaN device files live")
+    p.add_argument("--shm-dir", type=Path, default=Path("/dev/shm"))
+    p.add_argument("--fault", action="append", choices=FAULTS, default=[])
+    return p.parse_args(argv)
+
+
+def _gpus(args: argparse.Namespace) -> list[int]:
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
+    gpus = [int(g) for g in visible.split(",") if g.strip().isdigit()] or [0]
+    return gpus[: args.workers] if args.workers else gpus
+
+
+def _start_workers(args: argparse.Namespace) -> list[int]:
+    faults = set(args.fault)
+    common = {
+        "shm_dir": args.shm_dir,
+        "ignore_sigterm": "ignore-sigterm" in faults,
+        "leak_shm": "leak-shm" in faults,
+    }
+    gpus = _gpus(args)
+    dev = args.device_dir
+    specs = []
+    if args.flavor == "vllm":
+        specs.append(
+            WorkerSpec(vl.TITLE_ENGINE_CORE, [], shm_names=[vl.SHM_NAME.format(token=shm_token())], **common)
+        )
+        for rank, gpu in enumerate(gpus):
+            specs.append(
+                WorkerSpec(vl.TITLE_WORKER.format(rank=rank), [dev / f"nvidia{gpu}"], shm_names=[], **common)
+            )
+    else:
+        for rank, gpu in enumerate(gpus):
+            names = [sg.SHM_NAME.format(token=shm_token())] if rank == 0 else []
+            specs.append(
+                WorkerSpec(
+                    sg.TITLE_SCHEDULER.format(rank=rank), [dev / f"nvidia{gpu}"], shm_names=names, **common
+                )
+            )
+        specs.append(WorkerSpec(sg.TITLE_DETOKENIZER, [], shm_names=[], **common))
+    pids = [spawn(s) for s in specs]
+    if "orphan" in faults:
+        title = (vl.TITLE_WORKER if args.flavor == "vllm" else sg.TITLE_SCHEDULER).format(rank=len(gpus))
+        spawn(WorkerSpec(title, [dev / f"nvidia{gpus[-1]}"], shm_names=[], orphan=True, **common))
+    return pids
+
+
+def _load(args: argparse.Namespace) -> None:
+    """The loading phase: progress bar lines over --load-seconds; no HTTP is served meanwhile."""
+    prefix = vl.LOG_PREFIX.format(role="Worker_TP0", pid=os.getpid()) if args.flavor == "vllm" else ""
+    if args.flavor == "sglang":
+        log(sg.LINE_LOAD_BEGIN.format(mem=139.5))
+    began = time.monotonic()
+    for n in range(args.shards + 1):
+        if n:
+            time.sleep(args.load_seconds / args.shards)  # simulated disk read of one shard
+        pct = 100.0 * n / args.shards
+        line = base.LOAD_PROGRESS_LINE.format(
+            pct=pct, n=n, total=args.shards, elapsed="00:01", left="00:01", rate="1.00it/s"
+        )
+        log(prefix + line)
+        if "crash-loading" in args.fault and n >= args.shards // 2:
+            log(prefix + "ERROR 11-30 07:34:02 [core.py:700] EngineCore failed to start.")
+            log("Traceback (most recent call last):")
+            log('  File "/opt/engine/model_loader.py", line 412, in load_weights')
+            log("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+            raise SystemExit(1)
+    secs = time.monotonic() - began
+    if args.flavor == "vllm":
+        log(prefix + vl.LINE_LOADED.format(gib=68.1234, secs=secs))
+        log(
+            vl.LOG_PREFIX.format(role="APIServer", pid=os.getpid())
+            + vl.LINE_SERVER.format(host=args.host, port=args.port)
+        )
+    else:
+        log(sg.LINE_LOAD_END.format(mem=70.2))
+
+
+class _Server(uvicorn.Server):
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        # Keep our own SIGTERM handling: stop the workers, or ignore it (the fault).
+        yield
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.flavor == "vllm":
+        setproctitle.setproctitle(f"vllm serve {args.model}")
+    else:
+        setproctitle.setproctitle(f"python3 -m sglang.launch_server --model-path {args.model}")
+    workers = _start_workers(args)
+    if "ignore-sigterm" in args.fault:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    else:
+
+        def on_term(_sig: int, _frame: object) -> None:
+            stop_workers(workers)
+            os._exit(0)
+
+        signal.signal(signal.SIGTERM, on_term)
+    try:
+        _load(args)
+    except SystemExit:
+        stop_workers(workers)
+        raise
+    cfg = FakeConfig(
+        flavor=args.flavor,
+        model=args.served_model_name,
+        rate=args.rate,
+        spec_tokens=args.spec_tokens,
+        acceptance=args.acceptance,
+        warmup_s=args.warmup_seconds if args.flavor == "sglang" else 0.0,
+        deadlock="deadlock" in args.fault,
+    )
+    app = build_app(cfg, time.monotonic(), announce_ready=lambda: log(sg.LINE_READY))
+    server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=False))
+    server.run()
+    stop_workers(workers)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,151 @@
+"""What a sandbox's temp dir holds: the unit path (minimal targets, dbus, journald, the project's own units
+rendered with sandbox paths), the daemon's config, token and profiles, fake GPU device files and models."""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+import socket
+import sys
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[2]
+SYSTEM_UNITS = Path("/usr/lib/systemd/system")
+COPIED_UNITS = (
+    "dbus.socket",
+    "dbus.service",
+    "systemd-journald.service",
+    "systemd-journald.socket",
+    "systemd-journald-dev-log.socket",
+)
+TARGETS = ("sysinit", "basic", "shutdown", "sockets", "timers", "paths", "slices", "local-fs", "network",
+           "network-online", "multi-user")  # fmt: skip
+GPU_COUNT = 8
+ENGINE_STOP_TIMEOUT_S = 3  # a SIGTERM-ignoring fake engine is SIGKILLed by systemd after this
+
+# The stock sandbox profiles: the real deployment's three, served by the fake engine.
+SANDBOX_PROFILES = {
+    "baseline": {"flavor": "vllm", "unit": "vllm-kimi-k25-int4.service", "rate": 82.5, "spec": None},
+    "vllm-eagle3": {"flavor": "vllm", "rate": 54.6, "spec": {"k": 3, "acceptance": 0.15}},
+    "sglang-eagle3": {"flavor": "sglang", "rate": 120.0, "spec": {"k": 3, "acceptance": 0.6}},
+}
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def k25_command() -> list[str]:
+    exe = Path(sys.executable).parent / "k25-ctl"
+    return [str(exe)] if exe.exists() else [sys.executable, "-m", "daemon.cli"]
+
+
+def render_unit(text: str, config: Path) -> str:
+    """A project unit with the sandbox's k25-ctl and config, and a short stop timeout for engines."""
+    text = text.replace("/usr/local/bin/k25-ctl", " ".join(k25_command()))
+    text = text.replace("TimeoutStopSec=30", f"TimeoutStopSec={ENGINE_STOP_TIMEOUT_S}")
+    env = f"Environment=K25_CONFIG={config}\nEnvironment=PYTHONUNBUFFERED=1\nWorkingDirectory={REPO}\n"
+    return text.replace("[Service]\n", "[Service]\n" + env, 1)
+
+
+def write_units(root: Path, config: Path) -> None:
+    units = root / "units"
+    units.mkdir()
+    for t in TARGETS:
+        (units / f"{t}.target").write_text(f"[Unit]\nDescription={t}\n")
+    (units / "default.target").write_text(
+        "[Unit]\nDescription=k25 sandbox\nWants=dbus.socket systemd-journald.socket k25-ctl.service\n"
+    )
+    for name in COPIED_UNITS:
+        shutil.copy(SYSTEM_UNITS / name, units / name)
+    for unit in (REPO / "units").glob("*.service"):
+        (units / unit.name).write_text(render_unit(unit.read_text(), config))
+
+
+def fake_engine_profile(
+    name: str, spec: dict[str, object], port: int, root: Path, load_seconds: float
+) -> str:
+    flavor = str(spec["flavor"])
+    model = root / "models/Kimi-K2.5-INT4"
+    command = [sys.executable, "-m", "daemon.sandbox.fake_engine", "--flavor", flavor, "--port", str(port),
+               "--served-model-name", "kimi-k2.5", "--model", str(model), "--load-seconds", str(load_seconds),
+               "--rate", str(spec["rate"]), "--device-dir", str(root / "dev")]  # fmt: skip
+    lines = [
+        f'description = "{name} (fake {flavor} engine in the sandbox)"',
+        f'engine = "{flavor}"',
+        f'model = "{model}"',
+        'served_model_name = "kimi-k2.5"',
+        f"port = {port}",
+        "tensor_parallel_size = 8",
+        "load_timeout_s = 120",
+        "probe_timeout_s = 10",
+    ]
+    if "unit" in spec:
+        lines.append(f'unit = "{spec["unit"]}"')
+    draft = spec.get("spec")
+    if isinstance(draft, dict):
+        command += ["--spec-tokens", str(draft["k"]), "--acceptance", str(draft["acceptance"])]
+    lines.append(f"command = {json.dumps(command)}")
+    if isinstance(draft, dict):
+        lines += [
+            "",
+            "[speculative]",
+            'method = "eagle3"',
+            f'draft_model = "{root / "models/Kimi-K2.5-EAGLE3"}"',
+        ]
+        lines.append(f"num_speculative_tokens = {draft['k']}")
+    return "\n".join(lines) + "\n"
+
+
+def write_tree(root: Path, *, port: int, extra_profiles: Path | None, load_seconds: float) -> dict[str, int]:
+    """Everything but the boot script; returns the engine ports it allocated."""
+    etc, state, dev = root / "etc", root / "state", root / "dev"
+    for d in (
+        etc / "profiles.d",
+        state,
+        dev,
+        root / "models/Kimi-K2.5-INT4",
+        root / "models/Kimi-K2.5-EAGLE3",
+    ):
+        d.mkdir(parents=True)
+    for i in range(GPU_COUNT):
+        (dev / f"nvidia{i}").write_bytes(b"\0" * 4096)
+    (dev / "nvidiactl").write_bytes(b"\0" * 4096)
+    token = etc / "token"
+    fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    os.write(fd, secrets.token_urlsafe(32).encode() + b"\n")
+    os.close(fd)
+    ports = {}
+    for name, spec in SANDBOX_PROFILES.items():
+        ports[name] = free_port()
+        (etc / "profiles.d" / f"{name}.toml").write_text(
+            fake_engine_profile(name, spec, ports[name], root, load_seconds)
+        )
+    if extra_profiles is not None:
+        for f in sorted(extra_profiles.glob("*.toml")):
+            shutil.copy(f, etc / "profiles.d" / f.name)
+    config = etc / "k25-ctl.toml"
+    config.write_text(
+        "\n".join(
+            [
+                f'config_dir = "{etc}"',
+                f'state_dir = "{state}"',
+                'gpu_backend = "simulated"',
+                f'gpu_device_glob = "{dev}/nvidia*"',
+                f"sim_gpu_count = {GPU_COUNT}",
+                'bind_host = "127.0.0.1"',
+                f"port = {port}",
+                "term_grace_s = 5",
+                "kill_grace_s = 5",
+                "verify_timeout_s = 20",
+                "",
+            ]
+        )
+    )
+    write_units(root, config)
+    return ports

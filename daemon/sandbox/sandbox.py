@@ -1,0 +1,263 @@
+"""Boot and tear down a sandbox: a private systemd (PID 1 of new PID, mount, UTS and IPC namespaces, in its
+own cgroups) with D-Bus, journald, the k25-ctl daemon and fake engines. Everything it writes stays in its
+temp dir or its tmpfs mounts; `down` leaves no process, mount or cgroup behind."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from daemon.errors import HostTimeout, K25Error, NotFound
+from daemon.sandbox.layout import REPO, free_port, write_tree
+
+SANDBOX_HOME = Path(os.environ.get("K25_SANDBOX_HOME", "/tmp/k25-sandboxes"))
+CGROUP_FS = Path("/sys/fs/cgroup")
+
+
+@dataclass
+class SandboxInfo:
+    name: str
+    dir: str
+    pid: int  # the sandbox's PID 1, as this (outer) PID namespace sees it
+    unshare_pid: int
+    port: int
+    url: str
+    token_file: str
+    config: str
+    pid_ns: str  # e.g. "pid:[4026532600]"
+    mnt_ns: str
+    cgroups: list[str] = field(default_factory=list)
+    engine_ports: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def token(self) -> str:
+        return Path(self.token_file).read_text().strip()
+
+    def inside(self, argv: list[str]) -> list[str]:
+        """argv run inside the sandbox's namespaces, with the daemon's config."""
+        return [
+            "nsenter",
+            "-t",
+            str(self.pid),
+            "-m",
+            "-p",
+            f"--wd={REPO}",
+            "env",
+            f"K25_CONFIG={self.config}",
+            *argv,
+        ]
+
+
+def _cgroup_mount(hid: str, controllers: str) -> Path | None:
+    if hid == "0":
+        unified = CGROUP_FS / "unified"
+        return unified if unified.is_dir() else CGROUP_FS
+    name = controllers.removeprefix("name=")
+    for cand in (CGROUP_FS / name, CGROUP_FS / controllers):
+        if cand.is_dir():
+            return cand
+    return None
+
+
+def plan_cgroups(name: str) -> list[str]:
+    """One cgroup per hierarchy, below ours: the sandbox's systemd takes it as its root, so two sandboxes
+    (or the host) never share a unit cgroup."""
+    dirs = []
+    for line in Path("/proc/self/cgroup").read_text().splitlines():
+        hid, controllers, path = line.split(":", 2)
+        mount = _cgroup_mount(hid, controllers)
+        if mount is None or not os.access(mount, os.W_OK):
+            continue
+        d = mount / path.lstrip("/") / f"k25-{name}"
+        if str(d) not in dirs:
+            dirs.append(str(d))
+    return dirs
+
+
+def _boot_script(root: Path, cgroups: list[str]) -> Path:
+    script = root / "boot.sh"
+    moves = "".join(
+        f'mkdir -p "{d}" 2>/dev/null && echo $$ > "{d}/cgroup.procs" 2>/dev/null || true\n' for d in cgroups
+    )
+    script.write_text(
+        "#!/bin/sh\n" + moves + "set -e\n"
+        "mount -t tmpfs tmpfs /run\n"
+        "mount -t tmpfs tmpfs /dev/shm\n"
+        "mkdir -p /run/systemd/journald.conf.d\n"
+        "printf '[Journal]\\nStorage=volatile\\n' > /run/systemd/journald.conf.d/k25-sandbox.conf\n"
+        f"export container=k25-sandbox SYSTEMD_UNIT_PATH={root}/units NOTIFY_SOCKET={root}/notify.sock\n"
+        "exec /usr/lib/systemd/systemd --system --unit=default.target\n"
+    )
+    script.chmod(0o755)
+    return script
+
+
+def _wait_ready(sock: socket.socket, unshare: subprocess.Popen[bytes], within_s: float) -> None:
+    """Wait for systemd's READY=1 (sent when default.target, the daemon included, is reached) or for the
+    namespace to die, whichever comes first."""
+    pidfd = os.pidfd_open(unshare.pid)
+    deadline = time.monotonic() + within_s
+    try:
+        while (left := deadline - time.monotonic()) > 0:
+            readable, _, _ = select.select([sock.fileno(), pidfd], [], [], left)
+            if pidfd in readable:
+                raise K25Error(f"the sandbox's systemd exited during boot (status {unshare.wait()})")
+            if sock.fileno() in readable and b"READY=1" in sock.recv(4096).split(b"\n"):
+                return
+        raise HostTimeout(f"the sandbox did not boot within {within_s:.0f}s")
+    finally:
+        os.close(pidfd)
+
+
+def up(
+    *,
+    port: int | None = None,
+    profiles: Path | None = None,
+    load_seconds: float = 2.0,
+    within_s: float = 90.0,
+) -> SandboxInfo:
+    if os.geteuid() != 0:
+        raise K25Error("the sandbox needs root (it boots systemd in namespaces)")
+    SANDBOX_HOME.mkdir(parents=True, exist_ok=True)
+    root = Path(tempfile.mkdtemp(prefix="sbx-", dir=SANDBOX_HOME))
+    name = root.name
+    port = port or free_port()
+    engine_ports = write_tree(root, port=port, extra_profiles=profiles, load_seconds=load_seconds)
+    cgroups = plan_cgroups(name)
+    script = _boot_script(root, cgroups)
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    sock.bind(str(root / "notify.sock"))
+    log = (root / "boot.log").open("wb")
+    unshare = subprocess.Popen(
+        ["unshare", "--pid", "--fork", "--mount", "--uts", "--ipc", "--mount-proc",
+         "--propagation", "private", str(script)],
+        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+    )  # fmt: skip
+    log.close()
+    info = None
+    try:
+        _wait_ready(sock, unshare, within_s)
+        import psutil
+
+        init = psutil.Process(unshare.pid).children()[0].pid
+        info = SandboxInfo(
+            name=name,
+            dir=str(root),
+            pid=init,
+            unshare_pid=unshare.pid,
+            port=port,
+            url=f"http://127.0.0.1:{port}",
+            token_file=str(root / "etc/token"),
+            config=str(root / "etc/k25-ctl.toml"),
+            pid_ns=str(Path(f"/proc/{init}/ns/pid").readlink()),
+            mnt_ns=str(Path(f"/proc/{init}/ns/mnt").readlink()),
+            cgroups=cgroups,
+            engine_ports=engine_ports,
+        )
+        (root / "sandbox.json").write_text(json.dumps(asdict(info), indent=2))
+        state = subprocess.run(
+            info.inside(["systemctl", "is-active", "k25-ctl.service"]), capture_output=True, text=True
+        )
+        if state.stdout.strip() != "active":
+            journal = subprocess.run(
+                info.inside(["journalctl", "-u", "k25-ctl.service", "--no-pager", "-n", "40"]),
+                capture_output=True,
+                text=True,
+            )
+            raise K25Error(f"k25-ctl.service did not start in the sandbox:\n{journal.stdout}")
+        return info
+    except BaseException:
+        _destroy(root, unshare.pid, info.pid if info else None, cgroups)
+        raise
+    finally:
+        sock.close()
+
+
+def _namespace_pids(pid_ns: str, mnt_ns: str) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            with contextlib.suppress(OSError):
+                namespaces = {str((proc / "ns/pid").readlink()), str((proc / "ns/mnt").readlink())}
+                if {pid_ns, mnt_ns} & namespaces:
+                    pids.append(int(proc.name))
+    return pids
+
+
+def _pidfds(pids: list[int]) -> list[int]:
+    fds = []
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            fds.append(os.pidfd_open(pid))
+    return fds
+
+
+def _wait_all_exit(fds: list[int], within_s: float) -> None:
+    """Wait (pidfds, no polling) until every process behind `fds` has exited; closes them."""
+    deadline = time.monotonic() + within_s
+    try:
+        pending = set(fds)
+        while pending:
+            left = deadline - time.monotonic()
+            readable, _, _ = select.select(list(pending), [], [], max(left, 0))
+            if not readable:
+                raise HostTimeout(f"{len(pending)} sandbox processes still alive after {within_s:.0f}s")
+            pending -= set(readable)
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _destroy(root: Path, unshare_pid: int, init_pid: int | None, cgroups: list[str]) -> None:
+    victims = [unshare_pid]
+    if init_pid:
+        ns = Path(f"/proc/{init_pid}/ns")
+        with contextlib.suppress(OSError):
+            victims += _namespace_pids(str((ns / "pid").readlink()), str((ns / "mnt").readlink()))
+    fds = _pidfds(victims)  # opened before the kill, so no PID can be reused under us
+    # Killing the namespace's PID 1 makes the kernel SIGKILL every process in it; unshare then exits.
+    target = init_pid or unshare_pid
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(target, signal.SIGKILL)
+    _wait_all_exit(fds, 30)
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(unshare_pid, os.WNOHANG)
+    for top in cgroups:
+        if Path(top).is_dir():
+            for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: -len(w[0])):
+                with contextlib.suppress(OSError):
+                    Path(dirpath).rmdir()
+    shutil.rmtree(root, ignore_errors=True)
+
+
+def load(name: str | None = None) -> SandboxInfo:
+    """A running sandbox by name, or the only/newest one."""
+    candidates = sorted(SANDBOX_HOME.glob("sbx-*/sandbox.json"), key=lambda p: p.stat().st_mtime)
+    if name:
+        candidates = [c for c in candidates if c.parent.name == name]
+    if not candidates:
+        raise NotFound(f"no sandbox {name or ''} under {SANDBOX_HOME}".replace("  ", " "))
+    return SandboxInfo(**json.loads(candidates[-1].read_text()))
+
+
+def down(info: SandboxInfo) -> None:
+    _destroy(Path(info.dir), info.unshare_pid, info.pid, info.cgroups)
+
+
+def leftovers(info: SandboxInfo) -> list[str]:
+    """What of the sandbox still exists: processes in its namespaces, its cgroups, its dir."""
+    found = [f"process {pid}" for pid in _namespace_pids(info.pid_ns, info.mnt_ns)]
+    found += [f"cgroup {d}" for d in info.cgroups if Path(d).exists()]
+    if Path(info.dir).exists():
+        found.append(f"dir {info.dir}")
+    return found
