@@ -59,6 +59,8 @@ def _cmd_sandbox(args: argparse.Namespace) -> int:
 
     if args.action == "up":
         info = sandbox.up(port=args.port, profiles=args.profiles, load_seconds=args.load_seconds)
+        if args.activate:
+            sandbox.start_profile(info, args.activate)
     else:
         info = sandbox.load(args.name)
     if args.action == "down":
@@ -106,6 +108,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="the daemon's API port (default: a free one)")
     p.add_argument("--profiles", type=Path, help="a folder of extra profiles to add")
     p.add_argument("--load-seconds", type=float, default=2.0, help="fake engines' weight loading time")
+    p.add_argument("--activate", metavar="PROFILE", help="up: start this profile's engine once booted")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_sandbox)
     return parser

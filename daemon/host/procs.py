@@ -93,7 +93,8 @@ class ProcfsProcesses:
         for p in psutil.process_iter(attrs):
             info = p.info
             pid = info["pid"]
-            cmdline = tuple(info["cmdline"] or ())
+            # setproctitle leaves the rest of the argv area blank: drop the empty tail.
+            cmdline = tuple(a for a in (info["cmdline"] or ()) if a.strip())
             base = PROC / str(pid)
             state = _read(base / "stat").rpartition(")")[2].split()[:1]
             out.append(
@@ -102,7 +103,7 @@ class ProcfsProcesses:
                     ppid=info["ppid"] or 0,
                     uid=info["uids"].real if info["uids"] else -1,
                     name=info["name"] or "",
-                    title=" ".join(cmdline) or f"[{info['name']}]",
+                    title=" ".join(cmdline).strip() or f"[{info['name']}]",
                     cmdline=cmdline,
                     state=state[0] if state else "?",
                     wchan=_read(base / "wchan").strip(),

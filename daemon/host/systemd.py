@@ -38,6 +38,7 @@ class UnitState:
     control_group: str
     exec_main_status: int
     exec_main_code: int
+    exit_timestamp_us: int = 0  # CLOCK_REALTIME of the main process's exit, 0 if it has not exited
 
     @property
     def is_active(self) -> bool:
@@ -160,6 +161,7 @@ class SdbusSystemd:
             control_group=props.get("control_group", ""),
             exec_main_status=int(props.get("exec_main_status", 0)),
             exec_main_code=int(props.get("exec_main_code", 0)),
+            exit_timestamp_us=int(props.get("exec_main_exit_timestamp", 0)),
         )
 
     async def reset_failed(self, unit: str) -> None:

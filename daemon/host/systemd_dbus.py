@@ -89,6 +89,10 @@ class ServiceInterface(DbusInterfaceCommonAsync, interface_name="org.freedesktop
     def exec_main_status(self) -> int:
         raise NotImplementedError
 
+    @dbus_property_async("t", property_name="ExecMainExitTimestamp")
+    def exec_main_exit_timestamp(self) -> int:
+        raise NotImplementedError
+
     @dbus_property_async("i", property_name="ExecMainCode")
     def exec_main_code(self) -> int:
         raise NotImplementedError

@@ -22,6 +22,7 @@ from daemon.engines import sglang as sg
 from daemon.engines import vllm as vl
 from daemon.sandbox.fake_http import FakeConfig, build_app
 from daemon.sandbox.fake_procs import WorkerSpec, log, shm_token, spawn, stop_workers
+from daemon.settings import load_settings
 
 FAULTS = ("crash-loading", "deadlock", "ignore-sigterm", "orphan", "leak-shm")
 
@@ -42,7 +43,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--spec-tokens", type=int, default=0, help="speculative tokens per step (0: none)")
     p.add_argument("--acceptance", type=float, default=0.0, help="draft token acceptance rate (vLLM's)")
     p.add_argument("--workers", type=int, default=0, help="TP workers (default: one per visible GPU)")
-    p.add_argument("--device-dir", type=Path, default=Path("/dev"), help="where nvidiaN device files live")
+    p.add_argument(
+        "--device-dir", type=Path, help="where nvidiaN files live (default: from the daemon's settings)"
+    )
     p.add_argument("--shm-dir", type=Path, default=Path("/dev/shm"))
     p.add_argument("--fault", action="append", choices=FAULTS, default=[])
     return p.parse_args(argv)
@@ -128,6 +131,9 @@ class _Server(uvicorn.Server):
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.device_dir is None:
+        # Launched by a sandbox unit: the daemon's settings say where the fake devices are.
+        args.device_dir = Path(load_settings().gpu_device_glob).parent
     if args.flavor == "vllm":
         setproctitle.setproctitle(f"vllm serve {args.model}")
     else:

@@ -10,6 +10,7 @@ import shutil
 import socket
 import sys
 from pathlib import Path
+from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
@@ -26,8 +27,8 @@ GPU_COUNT = 8
 ENGINE_STOP_TIMEOUT_S = 3  # a SIGTERM-ignoring fake engine is SIGKILLed by systemd after this
 
 # The stock sandbox profiles: the real deployment's three, served by the fake engine.
-SANDBOX_PROFILES = {
-    "baseline": {"flavor": "vllm", "unit": "vllm-kimi-k25-int4.service", "rate": 82.5, "spec": None},
+SANDBOX_PROFILES: dict[str, dict[str, Any]] = {
+    "baseline": {"flavor": "vllm", "unit": "vllm-kimi-k25-int4.service", "rate": 82.5},
     "vllm-eagle3": {"flavor": "vllm", "rate": 54.6, "spec": {"k": 3, "acceptance": 0.15}},
     "sglang-eagle3": {"flavor": "sglang", "rate": 120.0, "spec": {"k": 3, "acceptance": 0.6}},
 }
@@ -68,13 +69,27 @@ def write_units(root: Path, config: Path) -> None:
 
 
 def fake_engine_profile(
-    name: str, spec: dict[str, object], port: int, root: Path, load_seconds: float
+    name: str,
+    *,
+    flavor: str,
+    port: int,
+    models: Path,
+    load_seconds: float,
+    rate: float = 80.0,
+    spec: dict[str, float] | None = None,
+    unit: str | None = None,
+    faults: tuple[str, ...] = (),
+    probe_timeout_s: float = 10.0,
 ) -> str:
-    flavor = str(spec["flavor"])
-    model = root / "models/Kimi-K2.5-INT4"
+    """A profile served by the fake engine (an ordinary profile: engine vllm or sglang plus `command`)."""
+    model = models / "Kimi-K2.5-INT4"
     command = [sys.executable, "-m", "daemon.sandbox.fake_engine", "--flavor", flavor, "--port", str(port),
                "--served-model-name", "kimi-k2.5", "--model", str(model), "--load-seconds", str(load_seconds),
-               "--rate", str(spec["rate"]), "--device-dir", str(root / "dev")]  # fmt: skip
+               "--rate", str(rate)]  # fmt: skip
+    if spec:
+        command += ["--spec-tokens", str(int(spec["k"])), "--acceptance", str(spec["acceptance"])]
+    for fault in faults:
+        command += ["--fault", fault]
     lines = [
         f'description = "{name} (fake {flavor} engine in the sandbox)"',
         f'engine = "{flavor}"',
@@ -83,23 +98,20 @@ def fake_engine_profile(
         f"port = {port}",
         "tensor_parallel_size = 8",
         "load_timeout_s = 120",
-        "probe_timeout_s = 10",
+        f"probe_timeout_s = {probe_timeout_s}",
     ]
-    if "unit" in spec:
-        lines.append(f'unit = "{spec["unit"]}"')
-    draft = spec.get("spec")
-    if isinstance(draft, dict):
-        command += ["--spec-tokens", str(draft["k"]), "--acceptance", str(draft["acceptance"])]
+    if unit:
+        lines.append(f'unit = "{unit}"')
     lines.append(f"command = {json.dumps(command)}")
-    if isinstance(draft, dict):
-        lines += [
-            "",
-            "[speculative]",
-            'method = "eagle3"',
-            f'draft_model = "{root / "models/Kimi-K2.5-EAGLE3"}"',
-        ]
-        lines.append(f"num_speculative_tokens = {draft['k']}")
+    if spec:
+        lines += ["", "[speculative]", 'method = "eagle3"', f'draft_model = "{models / "Kimi-K2.5-EAGLE3"}"']
+        lines.append(f"num_speculative_tokens = {int(spec['k'])}")
     return "\n".join(lines) + "\n"
+
+
+def make_models(models: Path) -> None:
+    for d in ("Kimi-K2.5-INT4", "Kimi-K2.5-EAGLE3"):
+        (models / d).mkdir(parents=True, exist_ok=True)
 
 
 def write_tree(root: Path, *, port: int, extra_profiles: Path | None, load_seconds: float) -> dict[str, int]:
@@ -123,9 +135,10 @@ def write_tree(root: Path, *, port: int, extra_profiles: Path | None, load_secon
     ports = {}
     for name, spec in SANDBOX_PROFILES.items():
         ports[name] = free_port()
-        (etc / "profiles.d" / f"{name}.toml").write_text(
-            fake_engine_profile(name, spec, ports[name], root, load_seconds)
+        text = fake_engine_profile(
+            name, port=ports[name], models=root / "models", load_seconds=load_seconds, **spec
         )
+        (etc / "profiles.d" / f"{name}.toml").write_text(text)
     if extra_profiles is not None:
         for f in sorted(extra_profiles.glob("*.toml")):
             shutil.copy(f, etc / "profiles.d" / f.name)

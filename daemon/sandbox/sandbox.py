@@ -240,6 +240,18 @@ def _destroy(root: Path, unshare_pid: int, init_pid: int | None, cgroups: list[s
     shutil.rmtree(root, ignore_errors=True)
 
 
+def start_profile(info: SandboxInfo, name: str) -> None:
+    """Start a profile's engine unit inside the sandbox (systemctl waits for the start job)."""
+    from daemon.profiles import InvalidProfile, parse_profile
+
+    item = parse_profile(Path(info.dir) / "etc/profiles.d" / f"{name}.toml")
+    if isinstance(item, InvalidProfile):
+        raise NotFound(f"no valid sandbox profile {name!r}: {item}")
+    r = subprocess.run(info.inside(["systemctl", "start", item.profile.unit]), capture_output=True, text=True)
+    if r.returncode != 0:
+        raise K25Error(f"could not start {item.profile.unit}: {r.stderr.strip()}")
+
+
 def load(name: str | None = None) -> SandboxInfo:
     """A running sandbox by name, or the only/newest one."""
     candidates = sorted(SANDBOX_HOME.glob("sbx-*/sandbox.json"), key=lambda p: p.stat().st_mtime)

@@ -1,0 +1,199 @@
+"""Scenarios that run INSIDE a sandbox (its PID and mount namespaces, its D-Bus, its journal), through the
+real host layer, and print one JSON result for the test outside to assert on.
+`nsenter ... python -m tests.system.probe SCENARIO UNIT [PROFILE]`"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import sys
+import time
+from dataclasses import asdict
+from typing import Any
+
+import httpx
+
+from daemon.engines import engine_for
+from daemon.engines.base import LogKind
+from daemon.host.gpu import SimulatedGpus
+from daemon.host.journal import JournalctlJournal
+from daemon.host.procs import ProcfsProcesses
+from daemon.host.shm import DevShm
+from daemon.host.systemd import SdbusSystemd, open_system_bus
+from daemon.profiles import Profile, load_profiles
+from daemon.settings import load_settings
+
+DEADLINE_S = 60.0
+
+
+def _profile(name: str) -> Profile:
+    s = load_settings()
+    return load_profiles(s.profiles_path).valid[name].profile
+
+
+async def _start_and_wait_ready(systemd: SdbusSystemd, journal: JournalctlJournal, p: Profile) -> list[str]:
+    """Start the profile's unit and follow its journal until the engine's ready marker."""
+    engine = engine_for(p)
+    seen = []
+    async with journal.follow(p.unit) as records:
+        await systemd.start(p.unit, within_s=30)
+        async with asyncio.timeout(DEADLINE_S):
+            async for rec in records:
+                seen.append(rec.message)
+                ev = engine.classify_line(rec.message)
+                if ev is not None and ev.kind is LogKind.READY:
+                    return seen
+    return seen
+
+
+async def jobs(unit: str) -> dict[str, Any]:
+    systemd = SdbusSystemd(open_system_bus())
+    out = {}
+    for action in ("start", "restart", "stop"):
+        o = await getattr(systemd, action)(unit, within_s=30)
+        out[action] = {"job_result": o.job_result, "state": asdict(o.state), "escalated": o.stop_escalated}
+    try:
+        await systemd.start("no-such-unit.service", within_s=5)
+    except Exception as e:  # the error type is the result
+        out["unknown"] = {"type": type(e).__name__, "message": str(e)}
+    return out
+
+
+async def stop_ready(unit: str, profile: str) -> dict[str, Any]:
+    """Stop an engine that is up and serving (its signal handling installed)."""
+    systemd = SdbusSystemd(open_system_bus())
+    await _start_and_wait_ready(
+        systemd, JournalctlJournal(load_settings().journal_command), _profile(profile)
+    )
+    o = await systemd.stop(unit, within_s=30)
+    return {
+        "job_result": o.job_result,
+        "state": asdict(o.state),
+        "escalated": o.stop_escalated,
+        "s": o.seconds,
+    }
+
+
+async def start_ready(unit: str, profile: str) -> list[dict[str, Any]]:
+    """Start an engine, wait until it serves, and list its processes (title, cgroup, parent)."""
+    s = load_settings()
+    systemd = SdbusSystemd(open_system_bus())
+    await _start_and_wait_ready(systemd, JournalctlJournal(s.journal_command), _profile(profile))
+    return [
+        {"pid": p.pid, "ppid": p.ppid, "title": p.title, "cgroup": p.cgroup, "mapped": list(p.mapped_devices)}
+        for p in ProcfsProcesses().snapshot(s.gpu_device_glob)
+        if p.title.startswith(("VLLM::", "sglang::"))
+    ]
+
+
+async def crash(unit: str) -> dict[str, Any]:
+    """Start a unit whose engine crashes while loading; the state stream must say so on its own."""
+    systemd = SdbusSystemd(open_system_bus())
+    states = []
+    async with systemd.watch(unit) as stream:
+        await systemd.start(unit, within_s=30)
+        async with asyncio.timeout(DEADLINE_S):
+            async for st in stream:
+                states.append((st.active_state, st.sub_state))
+                if st.active_state == "failed":
+                    seen_at = time.time()
+                    break
+    latency = seen_at - st.exit_timestamp_us / 1e6
+    await systemd.reset_failed(unit)
+    return {"states": states, "result": st.result, "status": st.exec_main_status, "latency_s": latency}
+
+
+async def journal(unit: str, profile: str) -> dict[str, Any]:
+    """Follow a crashing engine's journal from now: progress lines in order, then errors."""
+    systemd = SdbusSystemd(open_system_bus())
+    jr = JournalctlJournal(load_settings().journal_command)
+    engine = engine_for(_profile(profile))
+    progress, errors = [], []
+    async with systemd.watch(unit) as stream, jr.follow(unit) as records:
+        await systemd.start(unit, within_s=30)
+        async with asyncio.timeout(DEADLINE_S):
+            async for st in stream:
+                if st.is_down and st.active_state == "failed":
+                    break
+        async with asyncio.timeout(DEADLINE_S):
+            async for rec in records:
+                ev = engine.classify_line(rec.message)
+                if ev is not None and ev.kind is LogKind.PROGRESS:
+                    progress.append([ev.percent, ev.done, ev.total])
+                elif ev is not None and ev.kind is LogKind.ERROR:
+                    errors.append({"unit": rec.unit, "line": rec.message})
+                if "Failed with result" in rec.message:  # systemd's own last word on the unit
+                    break
+    tail = await jr.tail(unit, 5)
+    await systemd.reset_failed(unit)
+    return {"progress": progress, "errors": errors, "tail": [r.message for r in tail]}
+
+
+async def views(unit: str, profile: str) -> dict[str, Any]:
+    """Procs, shm and the simulated GPU see a running fake engine; its memory goes when it dies."""
+    s = load_settings()
+    systemd = SdbusSystemd(open_system_bus())
+    jr = JournalctlJournal(s.journal_command)
+    procs = ProcfsProcesses()
+    gpus = SimulatedGpus(procs, s.gpu_device_glob, count=s.sim_gpu_count)
+    before = [g.memory_used_mib for g in gpus.gpus()]
+    await _start_and_wait_ready(systemd, jr, _profile(profile))
+    state = await systemd.state(unit)
+    snap = procs.snapshot(s.gpu_device_glob)
+    engine_procs = [
+        {
+            "pid": p.pid,
+            "title": p.title,
+            "state": p.state,
+            "cgroup": p.cgroup,
+            "mapped": list(p.mapped_devices),
+        }
+        for p in snap
+        if p.title.startswith(("VLLM::", "sglang::"))
+    ]
+    shm = [asdict(e) for e in DevShm(s.shm_dir).entries()]
+    during = [asdict(g) for g in gpus.gpus()]
+    cgroup_pids = procs.cgroup_pids(state.control_group)
+    await systemd.stop(unit, within_s=30)
+    after = [g.memory_used_mib for g in gpus.gpus()]
+    return {
+        "engine_procs": engine_procs,
+        "shm": shm,
+        "gpus_before": before,
+        "gpus_during": during,
+        "gpus_after": after,
+        "cgroup_pids": cgroup_pids,
+        "main_pid": state.main_pid,
+    }
+
+
+async def metrics(unit: str, profile: str) -> dict[str, Any]:
+    """Scrape, generate, scrape: the engines/ parsers turn the fake's counters into its acceptance."""
+    systemd = SdbusSystemd(open_system_bus())
+    jr = JournalctlJournal(load_settings().journal_command)
+    p = _profile(profile)
+    engine = engine_for(p)
+    await _start_and_wait_ready(systemd, jr, p)
+    async with httpx.AsyncClient(base_url=p.base_url, timeout=30) as client:
+        before = engine.parse_metrics((await client.get(engine.metrics_path(p) or "/metrics")).text)
+        body = {"model": p.served_model_name, "prompt": "hello", "max_tokens": 400, "stream": False}
+        r = await client.post("/v1/completions", json=body)
+        r.raise_for_status()
+        after = engine.parse_metrics((await client.get(engine.metrics_path(p) or "/metrics")).text)
+    await systemd.stop(unit, within_s=30)
+    return asdict(engine.usage_delta(p, before, after))
+
+
+SCENARIOS = {
+    "jobs": jobs,
+    "stop_ready": stop_ready,
+    "start_ready": start_ready,
+    "crash": crash,
+    "journal": journal,
+    "views": views,
+    "metrics": metrics,
+}
+
+if __name__ == "__main__":
+    result = asyncio.run(SCENARIOS[sys.argv[1]](*sys.argv[2:]))
+    sys.stdout.write(json.dumps(result) + "\n")

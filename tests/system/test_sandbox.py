@@ -1,0 +1,88 @@
+"""The sandbox itself: the daemon runs in it as k25-ctl.service, two can run at once, `down` leaves
+nothing behind (no process, no mount namespace, no cgroup, no dir)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+
+from daemon.sandbox import sandbox as sbx
+from daemon.sandbox.sandbox import SandboxInfo
+from tests.system.conftest import inside, probe, write_fault_profiles
+
+K25 = str(Path(sys.executable).parent / "k25-ctl")
+
+
+def test_daemon_runs_as_a_unit_with_its_api(sandbox: SandboxInfo) -> None:
+    r = inside(sandbox, "systemctl", "show", "-p", "ActiveState", "-p", "Type", "k25-ctl.service")
+    assert "ActiveState=active" in r.stdout
+    assert "Type=notify" in r.stdout
+    status = httpx.get(f"{sandbox.url}/status", timeout=10).json()
+    valid = status["profiles"]["valid"]
+    # the stock sandbox profiles plus the ones added with --profiles
+    assert {"baseline", "vllm-eagle3", "sglang-eagle3", "crashy", "stubborn"} <= set(valid)
+    assert valid["baseline"]["unit"] == "vllm-kimi-k25-int4.service"
+    assert valid["baseline"]["engine"] == "vllm"
+    assert len(status["gpus"]) == 8
+    assert Path(sandbox.token_file).stat().st_mode & 0o777 == 0o600
+
+
+def test_status_json_from_the_cli(sandbox: SandboxInfo) -> None:
+    r = subprocess.run(
+        [K25, "sandbox", "status", sandbox.name, "--json"], capture_output=True, text=True, timeout=30
+    )
+    assert r.returncode == 0, r.stderr
+    data = json.loads(r.stdout)
+    assert data["pid"] == sandbox.pid
+    assert data["url"] == sandbox.url
+    assert data["alive"] is True
+
+
+def test_two_sandboxes_at_once_and_down_leaves_nothing(sandbox: SandboxInfo, tmp_path: Path) -> None:
+    write_fault_profiles(tmp_path / "profiles", tmp_path / "models")
+    up = [K25, "sandbox", "up", "--json", "--load-seconds", "0.5", "--profiles", str(tmp_path / "profiles")]
+    r = subprocess.run(up, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    other = sbx.SandboxInfo(**{k: v for k, v in json.loads(r.stdout).items() if k != "alive"})
+    try:
+        _two_at_once(sandbox, other)
+    finally:
+        if Path(other.dir).exists():
+            sbx.down(other)
+
+
+def _two_at_once(sandbox: SandboxInfo, other: SandboxInfo) -> None:
+    assert other.port != sandbox.port
+    assert other.dir != sandbox.dir
+    assert other.pid_ns != sandbox.pid_ns
+    # The same unit name runs in both without touching the other's cgroup.
+    for info in (sandbox, other):
+        assert inside(info, "systemctl", "start", "vllm-kimi-k25-int4.service").returncode == 0
+    cg = [
+        inside(
+            i, "systemctl", "show", "-p", "ControlGroup", "--value", "vllm-kimi-k25-int4.service"
+        ).stdout.strip()
+        for i in (sandbox, other)
+    ]
+    assert cg[0] != cg[1]
+    # An orphan that escaped its unit's cgroup is still the sandbox's: `down` must take it too.
+    procs = probe(other, "start_ready", "k25-engine@orphaner.service", "orphaner")
+    orphan = next(p for p in procs if p["title"] == "sglang::scheduler_TP8")
+    assert "/system.slice/" not in orphan["cgroup"]
+    assert orphan["ppid"] == 1
+    assert orphan["mapped"]
+    r = subprocess.run(
+        [K25, "sandbox", "down", other.name, "--json"], capture_output=True, text=True, timeout=120
+    )
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert json.loads(r.stdout)["left"] == []
+    assert sbx.leftovers(other) == []
+    assert not Path(other.dir).exists()
+    # The first sandbox is untouched.
+    assert httpx.get(f"{sandbox.url}/healthz", timeout=10).status_code == 200
+    assert inside(sandbox, "systemctl", "is-active", "vllm-kimi-k25-int4.service").stdout.strip() == "active"
+    inside(sandbox, "systemctl", "stop", "vllm-kimi-k25-int4.service")
