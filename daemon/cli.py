@@ -15,6 +15,7 @@ from daemon.settings import load_settings
 
 if TYPE_CHECKING:
     from daemon.sandbox.sandbox import SandboxInfo
+    from daemon.teardown import TeardownPlan
 
 EXIT_OK, EXIT_USAGE, EXIT_FAILED, EXIT_BUSY = 0, 2, 3, 4
 
@@ -85,6 +86,48 @@ def _dead(info: SandboxInfo) -> bool:
     return not Path(f"/proc/{info.pid}").exists()
 
 
+def _cmd_teardown(args: argparse.Namespace) -> int:
+    import asyncio
+    from dataclasses import asdict
+
+    from daemon.wiring import build_teardown
+
+    settings = load_settings()
+    teardown = build_teardown(settings)
+    gpus = tuple(args.gpus) if args.gpus else None
+    if args.dry_run:
+        plan = asyncio.run(teardown.plan(gpus))
+        if args.json:
+            print(json.dumps(asdict(plan), indent=2, default=str))
+        else:
+            print(format_plan(plan))
+        return EXIT_OK if not plan.is_refused else EXIT_BUSY
+    report = asyncio.run(teardown.run(gpus))
+    print(json.dumps(report.to_dict(), indent=2, default=str))
+    return EXIT_OK if report.ok else EXIT_FAILED
+
+
+def format_plan(plan: TeardownPlan) -> str:
+    lines = [f"victims ({len(plan.victims)}): SIGTERM, then SIGKILL after the grace period"]
+    for v in plan.victims:
+        mem = f", {v.gpu_mib} MiB GPU" if v.gpu_mib else ""
+        lines.append(
+            f"  {v.pid:>7} {v.title[:60]:60} {'FOREIGN ' if v.foreign else ''}{'; '.join(v.reasons)}{mem}"
+        )
+    lines.append(f"spared ({len(plan.spared)}):")
+    lines += [f"  {s.pid:>7} {s.title[:60]:60} {s.reason}" for s in plan.spared]
+    lines.append(f"shm files to remove ({len(plan.shm_remove)}):")
+    lines += [f"  {d.entry.name} ({d.entry.size} B): {d.reason}" for d in plan.shm_remove]
+    lines.append(f"shm files kept ({len(plan.shm_keep)}):")
+    lines += [f"  {d.entry.name}: {d.reason}" for d in plan.shm_keep]
+    if plan.is_refused:
+        lines.append(
+            "REFUSED: foreign GPU processes under policy 'refuse': "
+            + ", ".join(str(v.pid) for v in plan.refused)
+        )
+    return "\n".join(lines)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="k25-ctl", description="control plane of a GPU inference host")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -101,6 +144,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="run the daemon (what k25-ctl.service runs)")
     p.set_defaults(func=_cmd_serve)
+
+    p = sub.add_parser(
+        "teardown", help="tear the GPUs down: SIGTERM/SIGKILL the victims, clean /dev/shm, verify"
+    )
+    p.add_argument("--dry-run", action="store_true", help="print the plan, touch nothing")
+    p.add_argument("--gpus", type=int, nargs="*", help="only these GPUs (default: all)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=_cmd_teardown)
 
     p = sub.add_parser("sandbox", help="a real systemd in namespaces with fake engines (tests, demo)")
     p.add_argument("action", choices=("up", "down", "status", "shell"))

@@ -10,25 +10,11 @@ from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
 from daemon.errors import K25Error
-from daemon.host.gpu import GpuView, NoGpus, NvmlGpus, SimulatedGpus
 from daemon.host.notify import sd_notify
-from daemon.host.procs import ProcfsProcesses
 from daemon.host.systemd import SdbusSystemd, open_system_bus
 from daemon.inventory import Inventory
 from daemon.settings import Settings
-
-
-def build_gpus(settings: Settings) -> GpuView:
-    if settings.gpu_backend == "simulated":
-        return SimulatedGpus(
-            ProcfsProcesses(),
-            settings.gpu_device_glob,
-            count=settings.sim_gpu_count,
-            total_mib=settings.sim_gpu_total_mib,
-        )
-    if settings.gpu_backend == "none":
-        return NoGpus()
-    return NvmlGpus()
+from daemon.wiring import build_gpus
 
 
 def create_app(settings: Settings) -> FastAPI:

@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from daemon.engines import custom, sglang, vllm
 from daemon.engines.base import Engine
-from daemon.profiles import Profile
+
+if TYPE_CHECKING:
+    from daemon.profiles import Profile
 
 ENGINES: dict[str, Engine] = {e.name: e for e in (vllm.ENGINE, sglang.ENGINE, custom.ENGINE)}
 

@@ -7,11 +7,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
-
-from prometheus_client.parser import text_string_to_metric_families
-
-from daemon.profiles import Profile
+from typing import TYPE_CHECKING, Any
 
 # The safetensors loader's tqdm bar, printed by both engines' rank 0:
 # `{desc}: {percentage:3.0f}% Completed | {n}/{total} [...]`, with or without a `(Worker pid=..)` prefix.
@@ -31,6 +27,9 @@ COMMON_ERROR_RES = (
     re.compile(r"NCCL error|ncclInternalError|ncclSystemError"),
     re.compile(r"Bus error|Segmentation fault|core dumped"),
 )
+
+if TYPE_CHECKING:
+    from daemon.profiles import Profile
 
 # Shared-memory names left by Python SharedMemory, NCCL, PyTorch and multiprocessing semaphores.
 COMMON_SHM_PATTERNS = ("psm_*", "nccl-*", "torch_*", "sem.mp-*")
@@ -92,6 +91,8 @@ class UsageDelta:
 
 def metric_samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
     """Parse a Prometheus text scrape (prometheus_client's parser) into sample name -> [(labels, value)]."""
+    from prometheus_client.parser import text_string_to_metric_families  # only the metrics path needs it
+
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:

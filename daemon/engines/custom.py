@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from daemon.engines.base import Engine
-from daemon.profiles import Profile
+
+if TYPE_CHECKING:
+    from daemon.profiles import Profile
 
 
 class CustomEngine(Engine):

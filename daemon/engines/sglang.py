@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from daemon.engines.base import (
     COMMON_SHM_PATTERNS,
@@ -16,7 +16,9 @@ from daemon.engines.base import (
     ratio,
     total,
 )
-from daemon.profiles import Profile
+
+if TYPE_CHECKING:
+    from daemon.profiles import Profile
 
 SPEC_ALGORITHMS = {"eagle3": "EAGLE3", "eagle": "EAGLE"}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from typing import TYPE_CHECKING
 
 from daemon.engines.base import (
     COMMON_SHM_PATTERNS,
@@ -16,7 +17,9 @@ from daemon.engines.base import (
     ratio,
     total,
 )
-from daemon.profiles import Profile
+
+if TYPE_CHECKING:
+    from daemon.profiles import Profile
 
 SPEC_METHODS = {"eagle3": "eagle3", "eagle": "eagle", "ngram": "ngram", "mtp": "mtp"}
 

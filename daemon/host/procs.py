@@ -30,6 +30,7 @@ class ProcInfo:
     cgroup: str  # the systemd (name=systemd or unified) cgroup path
     open_devices: tuple[str, ...]
     mapped_devices: tuple[str, ...]
+    started: float = 0.0  # create time: tells a process from a later one with its PID
 
 
 class ProcessView(Protocol):
@@ -89,7 +90,7 @@ class ProcfsProcesses:
 
     def snapshot(self, device_glob: str) -> list[ProcInfo]:
         out = []
-        attrs = ["pid", "ppid", "uids", "name", "cmdline", "status"]
+        attrs = ["pid", "ppid", "uids", "name", "cmdline", "status", "create_time"]
         for p in psutil.process_iter(attrs):
             info = p.info
             pid = info["pid"]
@@ -110,6 +111,7 @@ class ProcfsProcesses:
                     cgroup=systemd_cgroup(_read(base / "cgroup")),
                     open_devices=open_matching(pid, device_glob),
                     mapped_devices=mapped_matching(_read(base / "maps"), device_glob),
+                    started=info["create_time"] or 0.0,
                 )
             )
         return out

@@ -22,10 +22,13 @@ class ShmEntry:
     is_file: bool  # a regular file (never true for a symlink)
     is_symlink: bool
     users: tuple[int, ...]  # PIDs that have it open or mapped
+    inode: int = 0
+    device: int = 0
 
 
 class ShmView(Protocol):
     def entries(self) -> list[ShmEntry]: ...
+    def remove(self, entry: ShmEntry) -> str | None: ...
 
 
 class DevShm:
@@ -67,6 +70,29 @@ class DevShm:
                     is_file=stat.S_ISREG(st.st_mode),
                     is_symlink=stat.S_ISLNK(st.st_mode),
                     users=tuple(sorted(held.get(path, ()))),
+                    inode=st.st_ino,
+                    device=st.st_dev,
                 )
             )
         return out
+
+    def remove(self, entry: ShmEntry) -> str | None:
+        """Unlink one planned file after checking again, right before, that it is the same regular file
+        (never a symlink: nothing is followed) and that no live process holds it. Returns why it was kept,
+        or None when removed."""
+        dir_fd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            try:
+                st = os.stat(entry.name, dir_fd=dir_fd, follow_symlinks=False)
+            except FileNotFoundError:
+                return "already gone"
+            if not stat.S_ISREG(st.st_mode):
+                return "not a regular file"
+            if (st.st_ino, st.st_dev) != (entry.inode, entry.device):
+                return "replaced since the plan"
+            if self.users().get(entry.path):
+                return "in use by a live process"
+            os.unlink(entry.name, dir_fd=dir_fd)
+            return None
+        finally:
+            os.close(dir_fd)

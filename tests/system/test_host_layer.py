@@ -60,10 +60,10 @@ def test_views_see_the_engine_and_the_gpu_memory_follows_it(sandbox: SandboxInfo
     assert worker["cgroup"].endswith("/system.slice/vllm-kimi-k25-int4.service")
     assert worker["pid"] in r["cgroup_pids"]
     assert r["main_pid"] in r["cgroup_pids"]
-    psm = [e for e in r["shm"] if e["name"].startswith("psm_")]
-    assert psm
-    assert psm[0]["users"]  # open and mapped by a live engine process
-    assert psm[0]["is_file"] is True
+    core = next(p for p in r["engine_procs"] if p["title"] == "VLLM::EngineCore")
+    held = [e for e in r["shm"] if e["name"].startswith("psm_") and core["pid"] in e["users"]]
+    assert len(held) == 1  # the engine's own segment, open and mapped by EngineCore
+    assert held[0]["is_file"] is True
     during = r["gpus_during"]
     assert all(g["memory_used_mib"] > b for g, b in zip(during, r["gpus_before"], strict=True))
     assert worker["pid"] in [p["pid"] for p in during[3]["processes"]]

@@ -1,0 +1,269 @@
+"""Teardown, steps two and three: execute a plan (SIGTERM, wait for the exits, SIGKILL the rest, wait
+again; remove the planned shm files) and verify the GPUs (no compute process, memory back to idle, stable
+over consecutive samples). `Teardown` ties snapshot, plan, execute and verify together for the switch."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import time
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+from daemon.errors import Refused
+from daemon.host.gpu import GpuView
+from daemon.host.procs import ProcessView
+from daemon.host.shm import ShmView
+from daemon.host.signals import ProcessControl
+from daemon.teardown import Snapshot, TeardownPlan, TeardownPolicy, Victim, plan
+
+
+@dataclass
+class ProcessOutcome:
+    pid: int
+    title: str
+    reasons: list[str]
+    foreign: bool
+    gpu_mib: int | None
+    signals: list[str] = field(default_factory=list)
+    outcome: str = ""  # exited after SIGTERM | killed by SIGKILL | survived SIGKILL | gone before the signal
+    state: str = ""
+    wchan: str = ""
+
+
+@dataclass
+class GpuCheck:
+    index: int
+    used_mib: int
+    limit_mib: int
+    pids: list[int]
+
+    @property
+    def clean(self) -> bool:
+        return not self.pids and self.used_mib <= self.limit_mib
+
+
+@dataclass
+class VerifyResult:
+    ok: bool
+    gpus: list[dict[str, Any]]
+    samples: int
+    seconds: float
+    message: str
+
+
+@dataclass
+class TeardownReport:
+    processes: list[ProcessOutcome] = field(default_factory=list)
+    spared: list[dict[str, Any]] = field(default_factory=list)
+    shm_removed: list[str] = field(default_factory=list)
+    shm_kept: list[dict[str, str]] = field(default_factory=list)
+    steps: dict[str, float] = field(default_factory=dict)
+    needs_reset: list[ProcessOutcome] = field(default_factory=list)
+    verify: VerifyResult | None = None
+    refused: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and not self.needs_reset and (self.verify is None or self.verify.ok)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self) | {"ok": self.ok}
+
+
+async def execute(
+    p: TeardownPlan,
+    control: ProcessControl,
+    shm: ShmView,
+    *,
+    term_grace_s: float,
+    kill_grace_s: float,
+) -> TeardownReport:
+    report = TeardownReport(
+        spared=[asdict(s) for s in p.spared],
+        shm_kept=[{"name": d.entry.name, "reason": d.reason} for d in p.shm_keep],
+    )
+    outcomes = {v.pid: _outcome(v) for v in p.victims}
+    report.processes = list(outcomes.values())
+    handles = []
+    for v in p.victims:
+        h = control.open(v.pid, v.started)
+        if h is None:
+            outcomes[v.pid].outcome = "gone before the signal"
+        else:
+            handles.append(h)
+    try:
+        began = time.monotonic()
+        for h in handles:
+            if control.send(h, signal.SIGTERM):
+                outcomes[h.pid].signals.append("SIGTERM")
+        exited = await control.wait_exits(handles, term_grace_s)
+        for pid in exited:
+            outcomes[pid].outcome = "exited after SIGTERM"
+        report.steps["sigterm_s"] = time.monotonic() - began
+        rest = [h for h in handles if h.pid not in exited]
+        if rest:
+            began = time.monotonic()
+            for h in rest:
+                if control.send(h, signal.SIGKILL):
+                    outcomes[h.pid].signals.append("SIGKILL")
+            killed = await control.wait_exits(rest, kill_grace_s)
+            for h in rest:
+                o = outcomes[h.pid]
+                if h.pid in killed:
+                    o.outcome = "killed by SIGKILL"
+                else:
+                    # Alive after SIGKILL: stuck in the kernel (D state in the driver); only a reset helps.
+                    o.outcome = "survived SIGKILL"
+                    o.state, o.wchan = control.describe(h.pid)
+                    report.needs_reset.append(o)
+            report.steps["sigkill_s"] = time.monotonic() - began
+    finally:
+        for h in handles:
+            control.close(h)
+    began = time.monotonic()
+    for d in p.shm_remove:
+        why_kept = await asyncio.to_thread(shm.remove, d.entry)
+        if why_kept is None:
+            report.shm_removed.append(d.entry.name)
+        else:
+            report.shm_kept.append({"name": d.entry.name, "reason": why_kept})
+    report.steps["shm_s"] = time.monotonic() - began
+    return report
+
+
+def _outcome(v: Victim) -> ProcessOutcome:
+    return ProcessOutcome(v.pid, v.title, list(v.reasons), v.foreign, v.gpu_mib)
+
+
+async def verify(
+    gpus: GpuView,
+    indices: tuple[int, ...] | None,
+    *,
+    idle_mib: Mapping[int, int],
+    slack_mib: int,
+    samples: int,
+    within_s: float,
+    interval_s: float = 0.02,
+) -> VerifyResult:
+    """Every GPU in scope: no compute process and used memory within `slack_mib` of its idle baseline, for
+    `samples` consecutive reads. NVML has no event for freed memory, so this one wait samples."""
+    began = time.monotonic()
+    streak, reads = 0, 0
+    checks: list[GpuCheck] = []
+    while True:
+        reads += 1
+        checks = [
+            GpuCheck(
+                g.index, g.memory_used_mib, idle_mib.get(g.index, 0) + slack_mib, [p.pid for p in g.processes]
+            )
+            for g in await asyncio.to_thread(gpus.gpus)
+            if indices is None or g.index in indices
+        ]
+        streak = streak + 1 if all(c.clean for c in checks) else 0
+        elapsed = time.monotonic() - began
+        if streak >= samples:
+            return VerifyResult(
+                True, [asdict(c) | {"clean": True} for c in checks], reads, elapsed, "GPUs clean"
+            )
+        if elapsed >= within_s:
+            dirty = [c for c in checks if not c.clean]
+            msg = "; ".join(
+                f"GPU {c.index}: {c.used_mib} MiB used (limit {c.limit_mib}), pids {c.pids}" for c in dirty
+            )
+            return VerifyResult(False, [asdict(c) | {"clean": c.clean} for c in checks], reads, elapsed, msg)
+        await asyncio.sleep(interval_s)  # the sampling period; see the docstring
+
+
+class Teardown:
+    """Snapshot -> plan -> execute -> verify, over the host ports it is given."""
+
+    def __init__(
+        self,
+        procs: ProcessView,
+        gpus: GpuView,
+        shm: ShmView,
+        control: ProcessControl,
+        policy: TeardownPolicy,
+        *,
+        term_grace_s: float,
+        kill_grace_s: float,
+        verify_timeout_s: float,
+        verify_samples: int,
+        slack_mib: int,
+        self_pid: int | None = None,
+    ) -> None:
+        self.procs, self.gpus, self.shm, self.control, self.policy = procs, gpus, shm, control, policy
+        self.term_grace_s, self.kill_grace_s = term_grace_s, kill_grace_s
+        self.verify_timeout_s, self.verify_samples, self.slack_mib = (
+            verify_timeout_s,
+            verify_samples,
+            slack_mib,
+        )
+        self.self_pid = self_pid or os.getpid()
+        self.idle_mib: dict[int, int] = {}  # lowest memory seen on each GPU with no process on it
+
+    def _snapshot(self, unit_cgroups: Mapping[str, str], managed_cgroups: tuple[str, ...]) -> Snapshot:
+        gpus = self.gpus.gpus()
+        for g in gpus:
+            if not g.processes:
+                self.idle_mib[g.index] = min(self.idle_mib.get(g.index, g.memory_used_mib), g.memory_used_mib)
+        return Snapshot(
+            processes=self.procs.snapshot(self.policy.device_glob),
+            gpus=gpus,
+            shm=self.shm.entries(),
+            self_pid=self.self_pid,
+            unit_pids={unit: self.procs.cgroup_pids(cg) for unit, cg in unit_cgroups.items() if cg},
+            managed_cgroups=managed_cgroups,
+        )
+
+    async def plan(
+        self,
+        gpus: tuple[int, ...] | None = None,
+        unit_cgroups: Mapping[str, str] | None = None,
+        managed_cgroups: tuple[str, ...] = (),
+    ) -> TeardownPlan:
+        snap = await asyncio.to_thread(self._snapshot, unit_cgroups or {}, managed_cgroups)
+        return plan(snap, replace(self.policy, gpus=gpus))
+
+    async def run(
+        self,
+        gpus: tuple[int, ...] | None = None,
+        unit_cgroups: Mapping[str, str] | None = None,
+        managed_cgroups: tuple[str, ...] = (),
+    ) -> TeardownReport:
+        run_began = time.monotonic()
+        p = await self.plan(gpus, unit_cgroups, managed_cgroups)
+        planned = time.monotonic() - run_began
+        if p.is_refused:
+            names = ", ".join(f"{v.pid} ({v.title})" for v in p.refused)
+            raise Refused(f"foreign GPU processes under policy 'refuse': {names}")
+        report = await execute(
+            p, self.control, self.shm, term_grace_s=self.term_grace_s, kill_grace_s=self.kill_grace_s
+        )
+        report.steps = {"plan_s": planned, **report.steps}
+        if report.needs_reset:
+            report.error = "needs_reset: " + "; ".join(
+                f"pid {o.pid} ({o.title}) survived SIGKILL in state {o.state}, wchan {o.wchan or '?'}"
+                for o in report.needs_reset
+            )
+            return report
+        began = time.monotonic()
+        report.verify = await verify(
+            self.gpus,
+            gpus,
+            idle_mib=self.idle_mib,
+            slack_mib=self.slack_mib,
+            samples=self.verify_samples,
+            within_s=self.verify_timeout_s,
+        )
+        report.steps["verify_s"] = time.monotonic() - began
+        report.steps["total_s"] = (
+            time.monotonic() - began + sum(v for k, v in report.steps.items() if k != "verify_s")
+        )
+        if not report.verify.ok:
+            report.error = f"GPUs not clean after {self.verify_timeout_s:.0f}s: {report.verify.message}"
+        return report

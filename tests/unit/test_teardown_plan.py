@@ -1,0 +1,176 @@
+"""`plan` over hand-built snapshots: one test per reason and per protection."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from daemon.host.gpu import GpuInfo, GpuProcess
+from daemon.host.procs import ProcInfo
+from daemon.host.shm import ShmEntry
+from daemon.teardown import NVML_READER, Snapshot, TeardownPolicy, plan
+
+POLICY = TeardownPolicy(
+    device_glob="/dev/nvidia*",
+    engine_titles=("VLLM::*", "sglang::*"),
+    shm_patterns=("psm_*", "nccl-*", "sem.mp-*"),
+    protected_names=("nvidia-persistenced", "nv-hostengine", "dcgm-exporter", "nvidia-smi"),
+)
+SELF = 500
+UNIT_CG = "/system.slice/vllm-kimi-k25-int4.service"
+
+
+def proc(pid: int, title: str, *, ppid: int = 1, cgroup: str = "/user.slice", name: str = "python3",
+         mapped: tuple[str, ...] = (), opened: tuple[str, ...] = ()) -> ProcInfo:  # fmt: skip
+    return ProcInfo(
+        pid, ppid, 0, name, title, tuple(title.split()), "S", "", cgroup, opened, mapped, 1000.0 + pid
+    )
+
+
+def gpu(index: int, *pids: int) -> GpuInfo:
+    return GpuInfo(
+        index,
+        "H200",
+        f"GPU-{index}",
+        143771,
+        600 + 70000 * len(pids),
+        tuple(GpuProcess(p, 70000) for p in pids),
+    )
+
+
+def shm(name: str, *users: int, regular: bool = True, symlink: bool = False) -> ShmEntry:
+    return ShmEntry(name, f"/dev/shm/{name}", 1 << 20, 0, regular and not symlink, symlink, users)
+
+
+BASE = [
+    proc(1, "/sbin/init", ppid=0, cgroup="/init.scope"),
+    proc(100, "sshd: root", name="sshd"),
+    proc(SELF - 1, "/usr/bin/python3 -m pytest"),
+    proc(
+        SELF,
+        "k25-ctl serve",
+        ppid=SELF - 1,
+        cgroup="/system.slice/k25-ctl.service",
+        opened=("/dev/nvidiactl", "/dev/nvidia0"),
+    ),
+]
+
+
+def snap(*procs: ProcInfo, gpus: list[GpuInfo] | None = None, shm_entries: list[ShmEntry] | None = None,
+         unit_pids: dict[str, list[int]] | None = None) -> Snapshot:  # fmt: skip
+    return Snapshot([*BASE, *procs], gpus or [], shm_entries or [], SELF, unit_pids or {}, (UNIT_CG,))
+
+
+def victims(s: Snapshot, policy: TeardownPolicy = POLICY) -> dict[int, tuple[str, ...]]:
+    return {v.pid: v.reasons for v in plan(s, policy).victims}
+
+
+def test_unit_cgroup_members_are_victims() -> None:
+    s = snap(proc(200, "vllm serve /m", cgroup=UNIT_CG), unit_pids={"vllm-kimi-k25-int4.service": [200]})
+    assert victims(s)[200] == ("in the stopped unit's cgroup (vllm-kimi-k25-int4.service)",)
+    assert plan(s, POLICY).victims[0].foreign is False
+
+
+def test_nvml_compute_process_is_a_victim_with_its_memory() -> None:
+    s = snap(proc(300, "python train.py"), gpus=[gpu(0, 300), gpu(1, 300)])
+    p = plan(s, POLICY)
+    assert p.victims[0].reasons == ("GPU context on GPU 0,1 (NVML)",)
+    assert p.victims[0].gpu_mib == 140000
+    assert p.victims[0].foreign is True
+
+
+def test_device_mapping_is_a_victim() -> None:
+    s = snap(proc(301, "python x.py", mapped=("/dev/nvidia3", "/dev/nvidiactl")))
+    assert victims(s)[301] == ("maps /dev/nvidia3, /dev/nvidiactl",)
+
+
+def test_orphan_engine_worker_reparented_to_pid1_is_a_victim() -> None:
+    s = snap(proc(302, "VLLM::Worker_TP3", ppid=1, cgroup="/"))
+    p = plan(s, POLICY)
+    assert p.victims[0].pid == 302
+    assert p.victims[0].reasons == ("engine process title 'VLLM::Worker_TP3'",)
+    assert p.victims[0].foreign is True
+
+
+def test_children_of_victims_go_too() -> None:
+    s = snap(
+        proc(303, "sglang::scheduler_TP0"),
+        proc(304, "python -c helper", ppid=303),
+        proc(305, "sleep 9", ppid=304),
+    )
+    v = victims(s)
+    assert v[304] == ("child of victim 303",)
+    assert v[305] == ("child of victim 304",)
+
+
+def test_nvml_only_monitor_is_spared() -> None:
+    s = snap(proc(400, "python gpu_exporter.py", opened=("/dev/nvidiactl", "/dev/nvidia0")))
+    p = plan(s, POLICY)
+    assert 400 not in {v.pid for v in p.victims}
+    assert any(sp.pid == 400 and sp.reason == NVML_READER for sp in p.spared)
+
+
+def test_bystander_without_gpu_is_spared() -> None:
+    s = snap(proc(401, "python3 -m http.server"))
+    assert 401 not in victims(s)
+
+
+def test_protected_processes_are_never_victims() -> None:
+    s = snap(
+        proc(402, "/usr/bin/nvidia-persistenced", name="nvidia-persistenced", mapped=("/dev/nvidia0",)),
+        proc(403, "nv-hostengine -n", name="nv-hostengine", mapped=("/dev/nvidiactl",)),
+        gpus=[gpu(0, 1, SELF, SELF - 1)],  # even with a GPU context, as NVML says
+    )
+    p = plan(s, POLICY)
+    assert p.victims == []
+    reasons = {sp.pid: sp.reason for sp in p.spared}
+    assert reasons[1].startswith("PID 1")
+    assert reasons[SELF].startswith("k25-ctl itself")
+    assert reasons[SELF - 1].startswith("an ancestor of k25-ctl")
+    assert reasons[402].startswith("protected name 'nvidia-persistenced'")
+    assert reasons[403].startswith("protected name 'nv-hostengine'")
+
+
+def test_only_the_profile_gpus_count() -> None:
+    s = snap(proc(500 + 10, "python other.py", mapped=("/dev/nvidia5",)), gpus=[gpu(5, 510)])
+    assert victims(s, replace(POLICY, gpus=(0, 1))) == {}
+    assert 510 in victims(s, replace(POLICY, gpus=(4, 5)))
+
+
+def test_refuse_policy_lists_foreign_gpu_processes() -> None:
+    s = snap(
+        proc(600, "python notebook.py"),
+        proc(601, "vllm serve /m", cgroup=UNIT_CG),
+        gpus=[gpu(0, 600, 601)],
+        unit_pids={"vllm-kimi-k25-int4.service": [601]},
+    )
+    p = plan(s, replace(POLICY, foreign="refuse"))
+    assert p.is_refused
+    assert [v.pid for v in p.refused] == [600]
+    assert not plan(s, POLICY).is_refused
+
+
+def test_shm_decisions() -> None:
+    entries = [
+        shm("PostgreSQL.1234", 700),
+        shm("psm_ab12"),
+        shm("psm_held", 701),
+        shm("psm_victim", 302),
+        shm("psm_link", symlink=True),
+        shm("nccl-dir", regular=False),
+        shm("chromium.1"),
+    ]
+    s = snap(
+        proc(302, "VLLM::Worker_TP3"),
+        proc(700, "postgres"),
+        proc(701, "python other.py"),
+        shm_entries=entries,
+    )
+    p = plan(s, POLICY)
+    remove = {d.entry.name for d in p.shm_remove}
+    keep = {d.entry.name: d.reason for d in p.shm_keep}
+    assert remove == {"psm_ab12", "psm_victim"}  # stale, or held only by a victim
+    assert keep["PostgreSQL.1234"] == "not an engine file"
+    assert keep["psm_held"] == "in use by live process 701"
+    assert keep["psm_link"] == "not a regular file (never followed)"
+    assert keep["nccl-dir"] == "not a regular file (never followed)"
+    assert keep["chromium.1"] == "not an engine file"
