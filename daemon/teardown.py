@@ -25,7 +25,7 @@ class Snapshot:
     shm: list[ShmEntry]
     self_pid: int
     unit_pids: dict[str, list[int]] = field(default_factory=dict)  # the stopped units' cgroup members
-    managed_cgroups: tuple[str, ...] = ()  # cgroups of every managed engine unit
+    managed_units: tuple[str, ...] = ()  # every managed engine unit's name
 
 
 @dataclass(frozen=True)
@@ -124,7 +124,7 @@ def _reasons(
 def _from_managed_unit(p: ProcInfo, snap: Snapshot) -> bool:
     if any(p.pid in pids for pids in snap.unit_pids.values()):
         return True
-    return any(p.cgroup == cg or p.cgroup.startswith(cg + "/") for cg in snap.managed_cgroups if cg)
+    return any(part in snap.managed_units for part in p.cgroup.split("/"))
 
 
 def plan(snap: Snapshot, policy: TeardownPolicy) -> TeardownPlan:

@@ -206,7 +206,7 @@ class Teardown:
         self.self_pid = self_pid or os.getpid()
         self.idle_mib: dict[int, int] = {}  # lowest memory seen on each GPU with no process on it
 
-    def _snapshot(self, unit_cgroups: Mapping[str, str], managed_cgroups: tuple[str, ...]) -> Snapshot:
+    def _snapshot(self, unit_cgroups: Mapping[str, str], managed_units: tuple[str, ...]) -> Snapshot:
         gpus = self.gpus.gpus()
         for g in gpus:
             if not g.processes:
@@ -217,26 +217,26 @@ class Teardown:
             shm=self.shm.entries(),
             self_pid=self.self_pid,
             unit_pids={unit: self.procs.cgroup_pids(cg) for unit, cg in unit_cgroups.items() if cg},
-            managed_cgroups=managed_cgroups,
+            managed_units=managed_units,
         )
 
     async def plan(
         self,
         gpus: tuple[int, ...] | None = None,
         unit_cgroups: Mapping[str, str] | None = None,
-        managed_cgroups: tuple[str, ...] = (),
+        managed_units: tuple[str, ...] = (),
     ) -> TeardownPlan:
-        snap = await asyncio.to_thread(self._snapshot, unit_cgroups or {}, managed_cgroups)
+        snap = await asyncio.to_thread(self._snapshot, unit_cgroups or {}, managed_units)
         return plan(snap, replace(self.policy, gpus=gpus))
 
     async def run(
         self,
         gpus: tuple[int, ...] | None = None,
         unit_cgroups: Mapping[str, str] | None = None,
-        managed_cgroups: tuple[str, ...] = (),
+        managed_units: tuple[str, ...] = (),
     ) -> TeardownReport:
         run_began = time.monotonic()
-        p = await self.plan(gpus, unit_cgroups, managed_cgroups)
+        p = await self.plan(gpus, unit_cgroups, managed_units)
         planned = time.monotonic() - run_began
         if p.is_refused:
             names = ", ".join(f"{v.pid} ({v.title})" for v in p.refused)

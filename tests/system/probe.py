@@ -79,11 +79,78 @@ async def start_ready(unit: str, profile: str) -> list[dict[str, Any]]:
     s = load_settings()
     systemd = SdbusSystemd(open_system_bus())
     await _start_and_wait_ready(systemd, JournalctlJournal(s.journal_command), _profile(profile))
+    return await engine_procs()
+
+
+async def engine_procs() -> list[dict[str, Any]]:
+    s = load_settings()
     return [
         {"pid": p.pid, "ppid": p.ppid, "title": p.title, "cgroup": p.cgroup, "mapped": list(p.mapped_devices)}
         for p in ProcfsProcesses().snapshot(s.gpu_device_glob)
         if p.title.startswith(("VLLM::", "sglang::"))
     ]
+
+
+BYSTANDER = """
+import signal, sys
+f = open(sys.argv[1], "w"); f.write("pg"); f.flush()
+print("ready", flush=True)
+signal.pause()
+"""
+
+
+async def teardown() -> dict[str, Any]:
+    """Orphan of a stopped unit, leaked shm of another, a SIGTERM-ignoring engine started by hand, and
+    bystanders (one holding a PostgreSQL shm file): teardown kills what it must and nothing else."""
+    import os
+    import subprocess
+
+    from daemon.host.procs import ProcfsProcesses as Procs
+    from daemon.sandbox.layout import free_port
+    from daemon.wiring import build_teardown
+
+    s = load_settings()
+    systemd = SdbusSystemd(open_system_bus())
+    jr = JournalctlJournal(s.journal_command)
+    for name in ("orphaner", "leaky"):
+        p = _profile(name)
+        await _start_and_wait_ready(systemd, jr, p)
+        await systemd.stop(p.unit, within_s=30)
+    env = dict(os.environ, CUDA_VISIBLE_DEVICES="2")
+    # Our own children, started by hand (outside any unit); killed by PID in `finally` whatever happens.
+    stubborn = subprocess.Popen(
+        [sys.executable, "-m", "daemon.sandbox.fake_engine", "--flavor", "vllm", "--port", str(free_port()),
+         "--load-seconds", "0.2", "--fault", "ignore-sigterm"],
+        env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    bystander = subprocess.Popen(
+        [sys.executable, "-c", BYSTANDER, str(s.shm_dir / "PostgreSQL.1234")],
+        stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, stdin=subprocess.DEVNULL, text=True,
+    )  # fmt: skip
+    try:
+        assert stubborn.stdout is not None
+        assert bystander.stdout is not None
+        for line in stubborn.stdout:
+            if "Application startup complete." in line:
+                break
+        bystander.stdout.readline()
+        shm_before = sorted(e.name for e in DevShm(s.shm_dir).entries())
+        gpus_before = [g.memory_used_mib for g in SimulatedGpus(Procs(), s.gpu_device_glob, count=8).gpus()]
+        units = tuple(lp.profile.unit for lp in load_profiles(s.profiles_path).valid.values())
+        report = await build_teardown(s).run(managed_units=units)
+        return {
+            "report": report.to_dict(),
+            "shm_before": shm_before,
+            "shm_after": sorted(e.name for e in DevShm(s.shm_dir).entries()),
+            "gpus_before": gpus_before,
+            "bystander_alive": bystander.poll() is None,
+            "stubborn_pid": stubborn.pid,
+            "stubborn_alive": stubborn.poll() is None,  # its front end holds no GPU: not a victim
+        }
+    finally:
+        for child in (stubborn, bystander):
+            child.kill()
+            child.wait()
 
 
 async def crash(unit: str) -> dict[str, Any]:
@@ -188,6 +255,8 @@ SCENARIOS = {
     "jobs": jobs,
     "stop_ready": stop_ready,
     "start_ready": start_ready,
+    "teardown": teardown,
+    "engine_procs": engine_procs,
     "crash": crash,
     "journal": journal,
     "views": views,

@@ -16,7 +16,8 @@ POLICY = TeardownPolicy(
     protected_names=("nvidia-persistenced", "nv-hostengine", "dcgm-exporter", "nvidia-smi"),
 )
 SELF = 500
-UNIT_CG = "/system.slice/vllm-kimi-k25-int4.service"
+UNIT = "vllm-kimi-k25-int4.service"
+UNIT_CG = f"/system.slice/{UNIT}"
 
 
 def proc(pid: int, title: str, *, ppid: int = 1, cgroup: str = "/user.slice", name: str = "python3",
@@ -57,7 +58,7 @@ BASE = [
 
 def snap(*procs: ProcInfo, gpus: list[GpuInfo] | None = None, shm_entries: list[ShmEntry] | None = None,
          unit_pids: dict[str, list[int]] | None = None) -> Snapshot:  # fmt: skip
-    return Snapshot([*BASE, *procs], gpus or [], shm_entries or [], SELF, unit_pids or {}, (UNIT_CG,))
+    return Snapshot([*BASE, *procs], gpus or [], shm_entries or [], SELF, unit_pids or {}, (UNIT,))
 
 
 def victims(s: Snapshot, policy: TeardownPolicy = POLICY) -> dict[int, tuple[str, ...]]:
@@ -134,6 +135,14 @@ def test_only_the_profile_gpus_count() -> None:
     s = snap(proc(500 + 10, "python other.py", mapped=("/dev/nvidia5",)), gpus=[gpu(5, 510)])
     assert victims(s, replace(POLICY, gpus=(0, 1))) == {}
     assert 510 in victims(s, replace(POLICY, gpus=(4, 5)))
+
+
+def test_a_managed_unit_process_is_not_foreign_even_after_its_unit_stopped() -> None:
+    s = snap(
+        proc(602, "VLLM::Worker_TP0", cgroup=UNIT_CG), proc(603, "VLLM::Worker_TP1", cgroup="/user.slice/x")
+    )
+    foreign = {v.pid: v.foreign for v in plan(s, POLICY).victims}
+    assert foreign == {602: False, 603: True}
 
 
 def test_refuse_policy_lists_foreign_gpu_processes() -> None:
