@@ -35,9 +35,9 @@ SLACK_MIB = 1024
 
 
 def start_holder(gpu: int, gib: float) -> subprocess.Popen[str]:
-    env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID")
+    env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=str(gpu))
     p = subprocess.Popen(
-        [sys.executable, str(HOLDER), str(gpu), str(gib)], stdout=subprocess.PIPE, text=True, env=env
+        [sys.executable, str(HOLDER), "0", str(gib)], stdout=subprocess.PIPE, text=True, env=env
     )
     assert p.stdout is not None
     if p.stdout.readline().strip() != "ready":

@@ -15,7 +15,7 @@ from daemon.host.procs import ProcInfo
 from daemon.host.shm import ShmEntry
 
 DEVICE_INDEX_RE = re.compile(r"(\d+)$")
-NVML_READER = "opens the GPU devices without mapping them (an NVML reader)"
+NVML_READER = "an NVML reader: GPU control devices only, no GPU context, no /dev/nvidiaN mapped"
 
 
 @dataclass(frozen=True)
@@ -76,11 +76,10 @@ class TeardownPlan:
 
 
 def _device_in_scope(path: str, gpus: tuple[int, ...] | None) -> bool:
-    """/dev/nvidiaN counts for GPU N; control devices (nvidiactl, nvidia-uvm) cannot be placed, so count."""
-    if gpus is None:
-        return True
+    """A mapped /dev/nvidiaN means a context on GPU N. The control devices (nvidiactl, nvidia-uvm) do not:
+    NVML readers, k25-ctl itself included, map /dev/nvidiactl too (seen on an H200, driver 580)."""
     m = DEVICE_INDEX_RE.search(Path(path).name)
-    return m is None or int(m[1]) in gpus
+    return m is not None and (gpus is None or int(m[1]) in gpus)
 
 
 def _protection(p: ProcInfo, snap: Snapshot, ancestors: set[int], policy: TeardownPolicy) -> str | None:
@@ -113,9 +112,8 @@ def _reasons(
             reasons.append(f"in the stopped unit's cgroup ({unit})")
     if p.pid in gpu_pids:
         reasons.append("GPU context on GPU " + ",".join(str(i) for i in gpu_pids[p.pid]) + " (NVML)")
-    mapped = [d for d in p.mapped_devices if _device_in_scope(d, policy.gpus)]
-    if mapped:
-        reasons.append("maps " + ", ".join(mapped))
+    if any(_device_in_scope(d, policy.gpus) for d in p.mapped_devices):
+        reasons.append("maps " + ", ".join(p.mapped_devices))
     if any(fnmatch.fnmatchcase(p.title, t) for t in policy.engine_titles):
         reasons.append(f"engine process title {p.title.split()[0]!r}")
     return reasons
@@ -147,10 +145,8 @@ def plan(snap: Snapshot, policy: TeardownPolicy) -> TeardownPlan:
             spared.append(Spared(p.pid, p.title, f"{guard} (would be a victim: {'; '.join(reasons)})"))
         elif reasons:
             chosen[p.pid] = reasons
-        elif p.open_devices and not guard:
-            spared.append(
-                Spared(p.pid, p.title, "opens the GPU devices without mapping them (an NVML reader)")
-            )
+        elif p.open_devices or p.mapped_devices:
+            spared.append(Spared(p.pid, p.title, guard or NVML_READER))
     # Children of victims go with them (a worker pool's helpers, a shell wrapper's engine).
     changed = True
     while changed:

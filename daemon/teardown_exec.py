@@ -147,7 +147,7 @@ async def verify(
     slack_mib: int,
     samples: int,
     within_s: float,
-    interval_s: float = 0.02,
+    interval_s: float = 0.005,
 ) -> VerifyResult:
     """Every GPU in scope: no compute process and used memory within `slack_mib` of its idle baseline, for
     `samples` consecutive reads. NVML has no event for freed memory, so this one wait samples."""
@@ -160,7 +160,7 @@ async def verify(
             GpuCheck(
                 g.index, g.memory_used_mib, idle_mib.get(g.index, 0) + slack_mib, [p.pid for p in g.processes]
             )
-            for g in await asyncio.to_thread(gpus.gpus)
+            for g in await asyncio.to_thread(gpus.gpus, light=True)
             if indices is None or g.index in indices
         ]
         streak = streak + 1 if all(c.clean for c in checks) else 0
@@ -206,15 +206,25 @@ class Teardown:
         self.self_pid = self_pid or os.getpid()
         self.idle_mib: dict[int, int] = {}  # lowest memory seen on each GPU with no process on it
 
-    def _snapshot(self, unit_cgroups: Mapping[str, str], managed_units: tuple[str, ...]) -> Snapshot:
-        gpus = self.gpus.gpus()
+    async def _snapshot(self, unit_cgroups: Mapping[str, str], managed_units: tuple[str, ...]) -> Snapshot:
+        """GPUs, processes (one scan gives device and shm holders) and /dev/shm, read side by side."""
+        shm_glob = f"{self.shm.directory}/*"
+        gpus, procs = await asyncio.gather(
+            asyncio.to_thread(self.gpus.gpus, light=True),
+            asyncio.to_thread(self.procs.snapshot, self.policy.device_glob, shm_glob),
+        )
+        holders: dict[str, set[int]] = {}
+        for p in procs:
+            for path in p.shm_files:
+                holders.setdefault(path, set()).add(p.pid)
+        shm = await asyncio.to_thread(self.shm.entries, holders)
         for g in gpus:
             if not g.processes:
                 self.idle_mib[g.index] = min(self.idle_mib.get(g.index, g.memory_used_mib), g.memory_used_mib)
         return Snapshot(
-            processes=self.procs.snapshot(self.policy.device_glob),
+            processes=procs,
             gpus=gpus,
-            shm=self.shm.entries(),
+            shm=shm,
             self_pid=self.self_pid,
             unit_pids={unit: self.procs.cgroup_pids(cg) for unit, cg in unit_cgroups.items() if cg},
             managed_units=managed_units,
@@ -226,7 +236,7 @@ class Teardown:
         unit_cgroups: Mapping[str, str] | None = None,
         managed_units: tuple[str, ...] = (),
     ) -> TeardownPlan:
-        snap = await asyncio.to_thread(self._snapshot, unit_cgroups or {}, managed_units)
+        snap = await self._snapshot(unit_cgroups or {}, managed_units)
         return plan(snap, replace(self.policy, gpus=gpus))
 
     async def run(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 import threading
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -31,7 +31,7 @@ class GpuInfo:
 
 
 class GpuView(Protocol):
-    def gpus(self) -> list[GpuInfo]: ...
+    def gpus(self, *, light: bool = False) -> list[GpuInfo]: ...
     def driver_version(self) -> str | None: ...
 
 
@@ -65,7 +65,8 @@ class NvmlGpus:
         v = nv.nvmlSystemGetDriverVersion()
         return v.decode() if isinstance(v, bytes) else str(v)
 
-    def gpus(self) -> list[GpuInfo]:
+    def gpus(self, *, light: bool = False) -> list[GpuInfo]:
+        """All GPUs; `light` reads only memory and processes (what teardown needs, fast)."""
         nv = self._lib()
         if nv is None:
             return []
@@ -81,20 +82,24 @@ class NvmlGpus:
                         procs.append(GpuProcess(int(p.pid), None if used is None else int(used) // MIB))
                 except nv.NVMLError:
                     pass
-            name = nv.nvmlDeviceGetName(h)
-            uuid = nv.nvmlDeviceGetUUID(h)
-            out.append(
-                GpuInfo(
-                    index=i,
+            info = GpuInfo(
+                index=i,
+                name="",
+                uuid="",
+                memory_total_mib=int(mem.total) // MIB,
+                memory_used_mib=int(mem.used) // MIB,
+                processes=tuple({p.pid: p for p in procs}.values()),
+            )
+            if not light:
+                name, uuid = nv.nvmlDeviceGetName(h), nv.nvmlDeviceGetUUID(h)
+                info = replace(
+                    info,
                     name=name.decode() if isinstance(name, bytes) else str(name),
                     uuid=uuid.decode() if isinstance(uuid, bytes) else str(uuid),
-                    memory_total_mib=int(mem.total) // MIB,
-                    memory_used_mib=int(mem.used) // MIB,
-                    processes=tuple({p.pid: p for p in procs}.values()),
                     utilization_pct=_optional(lambda h=h: int(nv.nvmlDeviceGetUtilizationRates(h).gpu), nv),
                     power_w=_optional(lambda h=h: nv.nvmlDeviceGetPowerUsage(h) / 1000.0, nv),
                 )
-            )
+            out.append(info)
         return out
 
 
@@ -106,7 +111,7 @@ def _optional(read: Any, nv: Any) -> Any:
 
 
 class NoGpus:
-    def gpus(self) -> list[GpuInfo]:
+    def gpus(self, *, light: bool = False) -> list[GpuInfo]:
         return []
 
     def driver_version(self) -> str | None:
@@ -140,7 +145,7 @@ class SimulatedGpus:
     def driver_version(self) -> str | None:
         return "simulated"
 
-    def gpus(self) -> list[GpuInfo]:
+    def gpus(self, *, light: bool = False) -> list[GpuInfo]:
         holders: dict[int, list[int]] = {i: [] for i in range(self._count)}
         for p in self._procs.snapshot(self._glob):
             if p.state == "Z":

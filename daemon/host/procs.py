@@ -31,10 +31,11 @@ class ProcInfo:
     open_devices: tuple[str, ...]
     mapped_devices: tuple[str, ...]
     started: float = 0.0  # create time: tells a process from a later one with its PID
+    shm_files: tuple[str, ...] = ()  # files under the shm glob it has open or mapped
 
 
 class ProcessView(Protocol):
-    def snapshot(self, device_glob: str) -> list[ProcInfo]: ...
+    def snapshot(self, device_glob: str, shm_glob: str | None = None) -> list[ProcInfo]: ...
     def cgroup_pids(self, control_group: str) -> list[int]: ...
     def alive(self, pid: int) -> bool: ...
 
@@ -71,25 +72,32 @@ def mapped_matching(maps_text: str, pattern: str) -> tuple[str, ...]:
 
 
 def open_matching(pid: int, pattern: str) -> tuple[str, ...]:
-    found: list[str] = []
+    return open_matching_any(pid, (pattern,))[0]
+
+
+def open_matching_any(pid: int, patterns: tuple[str, ...]) -> list[tuple[str, ...]]:
+    """For each pattern, the files the process has open that match it (one pass over its fds)."""
+    found: list[list[str]] = [[] for _ in patterns]
     fd_dir = PROC / str(pid) / "fd"
     try:
         fds = list(fd_dir.iterdir())
     except OSError:
-        return ()
+        return [() for _ in patterns]
     for fd in fds:
         with contextlib.suppress(OSError):
             target = str(fd.readlink()).removesuffix(" (deleted)")
-            if fnmatch.fnmatchcase(target, pattern) and target not in found:
-                found.append(target)
-    return tuple(found)
+            for i, pattern in enumerate(patterns):
+                if fnmatch.fnmatchcase(target, pattern) and target not in found[i]:
+                    found[i].append(target)
+    return [tuple(f) for f in found]
 
 
 class ProcfsProcesses:
     """The real view over /proc of the PID namespace the daemon runs in."""
 
-    def snapshot(self, device_glob: str) -> list[ProcInfo]:
+    def snapshot(self, device_glob: str, shm_glob: str | None = None) -> list[ProcInfo]:
         out = []
+        patterns = (device_glob, shm_glob) if shm_glob else (device_glob,)
         attrs = ["pid", "ppid", "uids", "name", "cmdline", "status", "create_time"]
         for p in psutil.process_iter(attrs):
             info = p.info
@@ -98,6 +106,11 @@ class ProcfsProcesses:
             cmdline = tuple(a for a in (info["cmdline"] or ()) if a.strip())
             base = PROC / str(pid)
             state = _read(base / "stat").rpartition(")")[2].split()[:1]
+            maps = _read(base / "maps")
+            opened = open_matching_any(pid, patterns)
+            shm_files = (
+                tuple(dict.fromkeys((*opened[1], *mapped_matching(maps, shm_glob)))) if shm_glob else ()
+            )
             out.append(
                 ProcInfo(
                     pid=pid,
@@ -109,9 +122,10 @@ class ProcfsProcesses:
                     state=state[0] if state else "?",
                     wchan=_read(base / "wchan").strip(),
                     cgroup=systemd_cgroup(_read(base / "cgroup")),
-                    open_devices=open_matching(pid, device_glob),
-                    mapped_devices=mapped_matching(_read(base / "maps"), device_glob),
+                    open_devices=opened[0],
+                    mapped_devices=mapped_matching(maps, device_glob),
                     started=info["create_time"] or 0.0,
+                    shm_files=shm_files,
                 )
             )
         return out

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import stat
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -27,13 +28,19 @@ class ShmEntry:
 
 
 class ShmView(Protocol):
-    def entries(self) -> list[ShmEntry]: ...
+    @property
+    def directory(self) -> Path: ...
+    def entries(self, holders: Mapping[str, set[int]] | None = None) -> list[ShmEntry]: ...
     def remove(self, entry: ShmEntry) -> str | None: ...
 
 
 class DevShm:
     def __init__(self, directory: Path) -> None:
         self._dir = directory
+
+    @property
+    def directory(self) -> Path:
+        return self._dir
 
     def users(self) -> dict[str, set[int]]:
         """Path -> PIDs holding it (open fd or mapping), over every live process."""
@@ -48,8 +55,9 @@ class DevShm:
                 held.setdefault(path, set()).add(pid)
         return held
 
-    def entries(self) -> list[ShmEntry]:
-        held = self.users()
+    def entries(self, holders: Mapping[str, set[int]] | None = None) -> list[ShmEntry]:
+        """The folder's entries; `holders` (path -> PIDs) when the caller has already scanned processes."""
+        held = self.users() if holders is None else holders
         out = []
         try:
             names = sorted(e.name for e in self._dir.iterdir())

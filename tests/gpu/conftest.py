@@ -36,9 +36,9 @@ def holders() -> Iterator[Callable[[int, float], subprocess.Popen[str]]]:
     started: list[subprocess.Popen[str]] = []
 
     def start(gpu: int, gib: float) -> subprocess.Popen[str]:
-        env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID")  # CUDA's order = NVML's
+        env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=str(gpu))  # NVML's index
         p = subprocess.Popen(
-            [sys.executable, str(HOLDER), str(gpu), str(gib)], stdout=subprocess.PIPE, text=True, env=env
+            [sys.executable, str(HOLDER), "0", str(gib)], stdout=subprocess.PIPE, text=True, env=env
         )
         started.append(p)
         assert p.stdout is not None

@@ -1,4 +1,5 @@
-"""A real CUDA process that holds GPU memory: `python holder.py GPU GIB`. Prints 'ready' once it does."""
+"""A real CUDA process that holds GPU memory: `python holder.py DEVICE GIB` (DEVICE as CUDA numbers it,
+so callers pin the GPU with CUDA_VISIBLE_DEVICES). Prints 'ready' once it holds the memory."""
 
 from __future__ import annotations
 
