@@ -163,11 +163,11 @@ def plan(snap: Snapshot, policy: TeardownPolicy) -> TeardownPlan:
         for pid, r in sorted(chosen.items())
     ]  # fmt: skip
     refused = [v for v in victims if v.foreign] if policy.foreign == "refuse" else []
-    remove, keep = _plan_shm(snap.shm, policy.shm_patterns, victim_pids=set(chosen))
+    remove, keep = plan_shm(snap.shm, policy.shm_patterns, victim_pids=set(chosen))
     return TeardownPlan(victims, spared, remove, keep, policy.gpus, refused)
 
 
-def _plan_shm(
+def plan_shm(
     entries: list[ShmEntry], patterns: tuple[str, ...], victim_pids: set[int]
 ) -> tuple[list[ShmDecision], list[ShmDecision]]:
     """Remove only regular files that match an engine pattern and that no live process holds, except the

@@ -17,7 +17,7 @@ from daemon.host.gpu import GpuView
 from daemon.host.procs import ProcessView
 from daemon.host.shm import ShmView
 from daemon.host.signals import ProcessControl
-from daemon.teardown import Snapshot, TeardownPlan, TeardownPolicy, Victim, plan
+from daemon.teardown import Snapshot, TeardownPlan, TeardownPolicy, Victim, plan, plan_shm
 
 
 @dataclass
@@ -77,15 +77,11 @@ class TeardownReport:
 async def execute(
     p: TeardownPlan,
     control: ProcessControl,
-    shm: ShmView,
     *,
     term_grace_s: float,
     kill_grace_s: float,
 ) -> TeardownReport:
-    report = TeardownReport(
-        spared=[asdict(s) for s in p.spared],
-        shm_kept=[{"name": d.entry.name, "reason": d.reason} for d in p.shm_keep],
-    )
+    report = TeardownReport(spared=[asdict(s) for s in p.spared])
     outcomes = {v.pid: _outcome(v) for v in p.victims}
     report.processes = list(outcomes.values())
     handles = []
@@ -124,15 +120,27 @@ async def execute(
     finally:
         for h in handles:
             control.close(h)
-    began = time.monotonic()
-    for d in p.shm_remove:
-        why_kept = await asyncio.to_thread(shm.remove, d.entry)
-        if why_kept is None:
-            report.shm_removed.append(d.entry.name)
-        else:
-            report.shm_kept.append({"name": d.entry.name, "reason": why_kept})
-    report.steps["shm_s"] = time.monotonic() - began
     return report
+
+
+async def clean_shm(shm: ShmView, patterns: tuple[str, ...], report: TeardownReport) -> None:
+    """After the victims are gone: one fresh scan of who holds what, then remove the engine files that
+    nobody holds (each re-checked right before its unlink)."""
+    began = time.monotonic()
+
+    def work() -> None:
+        holders = shm.users()
+        remove, keep = plan_shm(shm.entries(holders), patterns, victim_pids=set())
+        report.shm_kept = [{"name": d.entry.name, "reason": d.reason} for d in keep]
+        for d in remove:
+            why_kept = shm.remove(d.entry, holders)
+            if why_kept is None:
+                report.shm_removed.append(d.entry.name)
+            else:
+                report.shm_kept.append({"name": d.entry.name, "reason": why_kept})
+
+    await asyncio.to_thread(work)
+    report.steps["shm_s"] = time.monotonic() - began
 
 
 def _outcome(v: Victim) -> ProcessOutcome:
@@ -206,12 +214,16 @@ class Teardown:
         self.self_pid = self_pid or os.getpid()
         self.idle_mib: dict[int, int] = {}  # lowest memory seen on each GPU with no process on it
 
-    async def _snapshot(self, unit_cgroups: Mapping[str, str], managed_units: tuple[str, ...]) -> Snapshot:
-        """GPUs, processes (one scan gives device and shm holders) and /dev/shm, read side by side."""
+    async def _snapshot(
+        self, unit_cgroups: Mapping[str, str], managed_units: tuple[str, ...], *, full: bool = True
+    ) -> Snapshot:
+        """GPUs, processes (one scan gives device and shm holders) and /dev/shm, read side by side. Not
+        `full`: no open-fd scan (victims are chosen by GPU context, mappings, titles and cgroups; the
+        shm files are decided after the kills, from a fresh scan)."""
         shm_glob = f"{self.shm.directory}/*"
         gpus, procs = await asyncio.gather(
             asyncio.to_thread(self.gpus.gpus, light=True),
-            asyncio.to_thread(self.procs.snapshot, self.policy.device_glob, shm_glob),
+            asyncio.to_thread(self.procs.snapshot, self.policy.device_glob, shm_glob, with_fds=full),
         )
         holders: dict[str, set[int]] = {}
         for p in procs:
@@ -235,8 +247,10 @@ class Teardown:
         gpus: tuple[int, ...] | None = None,
         unit_cgroups: Mapping[str, str] | None = None,
         managed_units: tuple[str, ...] = (),
+        *,
+        full: bool = True,
     ) -> TeardownPlan:
-        snap = await self._snapshot(unit_cgroups or {}, managed_units)
+        snap = await self._snapshot(unit_cgroups or {}, managed_units, full=full)
         return plan(snap, replace(self.policy, gpus=gpus))
 
     async def run(
@@ -246,13 +260,13 @@ class Teardown:
         managed_units: tuple[str, ...] = (),
     ) -> TeardownReport:
         run_began = time.monotonic()
-        p = await self.plan(gpus, unit_cgroups, managed_units)
+        p = await self.plan(gpus, unit_cgroups, managed_units, full=False)
         planned = time.monotonic() - run_began
         if p.is_refused:
             names = ", ".join(f"{v.pid} ({v.title})" for v in p.refused)
             raise Refused(f"foreign GPU processes under policy 'refuse': {names}")
         report = await execute(
-            p, self.control, self.shm, term_grace_s=self.term_grace_s, kill_grace_s=self.kill_grace_s
+            p, self.control, term_grace_s=self.term_grace_s, kill_grace_s=self.kill_grace_s
         )
         report.steps = {"plan_s": planned, **report.steps}
         if report.needs_reset:
@@ -261,19 +275,21 @@ class Teardown:
                 for o in report.needs_reset
             )
             return report
-        began = time.monotonic()
-        report.verify = await verify(
-            self.gpus,
-            gpus,
-            idle_mib=self.idle_mib,
-            slack_mib=self.slack_mib,
-            samples=self.verify_samples,
-            within_s=self.verify_timeout_s,
+        # The GPUs and /dev/shm are independent: verify while the shm files are cleaned.
+        checked, _ = await asyncio.gather(
+            verify(
+                self.gpus,
+                gpus,
+                idle_mib=self.idle_mib,
+                slack_mib=self.slack_mib,
+                samples=self.verify_samples,
+                within_s=self.verify_timeout_s,
+            ),
+            clean_shm(self.shm, self.policy.shm_patterns, report),
         )
-        report.steps["verify_s"] = time.monotonic() - began
-        report.steps["total_s"] = (
-            time.monotonic() - began + sum(v for k, v in report.steps.items() if k != "verify_s")
-        )
-        if not report.verify.ok:
-            report.error = f"GPUs not clean after {self.verify_timeout_s:.0f}s: {report.verify.message}"
+        report.verify = checked
+        report.steps["verify_s"] = checked.seconds
+        report.steps["total_s"] = time.monotonic() - run_began
+        if not checked.ok:
+            report.error = f"GPUs not clean after {self.verify_timeout_s:.0f}s: {checked.message}"
         return report

@@ -147,7 +147,7 @@ class SimulatedGpus:
 
     def gpus(self, *, light: bool = False) -> list[GpuInfo]:
         holders: dict[int, list[int]] = {i: [] for i in range(self._count)}
-        for p in self._procs.snapshot(self._glob):
+        for p in self._procs.snapshot(self._glob, with_fds=False):
             if p.state == "Z":
                 continue
             for dev in p.mapped_devices:

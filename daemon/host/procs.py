@@ -1,4 +1,4 @@
-"""Read-only view of processes (procfs + psutil): title, cmdline, uid, state (incl. D), wchan, cgroup, and
+"""Read-only view of processes (procfs): title, cmdline, uid, state (incl. D), wchan, cgroup, and
 which files under the GPU device glob each one has open or mapped."""
 
 from __future__ import annotations
@@ -35,7 +35,9 @@ class ProcInfo:
 
 
 class ProcessView(Protocol):
-    def snapshot(self, device_glob: str, shm_glob: str | None = None) -> list[ProcInfo]: ...
+    def snapshot(
+        self, device_glob: str, shm_glob: str | None = None, *, with_fds: bool = True
+    ) -> list[ProcInfo]: ...
     def cgroup_pids(self, control_group: str) -> list[int]: ...
     def alive(self, pid: int) -> bool: ...
 
@@ -92,40 +94,87 @@ def open_matching_any(pid: int, patterns: tuple[str, ...]) -> list[tuple[str, ..
     return [tuple(f) for f in found]
 
 
-class ProcfsProcesses:
-    """The real view over /proc of the PID namespace the daemon runs in."""
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
-    def snapshot(self, device_glob: str, shm_glob: str | None = None) -> list[ProcInfo]:
+
+def glob_prefix(pattern: str) -> bytes:
+    """The literal start of a glob: a file without it in its text cannot match (a fast pre-filter)."""
+    cut = min((i for i, c in enumerate(pattern) if c in "*?["), default=len(pattern))
+    return pattern[:cut].encode()
+
+
+def _read_bytes(path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:  # noqa: PTH123 - the hot loop of a /proc scan: no Path objects
+            return f.read()
+    except OSError:
+        return b""
+
+
+def parse_stat(raw: bytes) -> tuple[str, str, int, float] | None:
+    """(comm, state, ppid, start time in seconds since boot) from /proc/PID/stat."""
+    left, right = raw.find(b"("), raw.rfind(b")")
+    if left < 0 or right < 0:
+        return None
+    fields = raw[right + 2 :].split()
+    if len(fields) < 20:
+        return None
+    comm = raw[left + 1 : right].decode(errors="replace")
+    return comm, fields[0].decode(), int(fields[1]), int(fields[19]) / CLOCK_TICKS
+
+
+def start_time(pid: int) -> float | None:
+    parsed = parse_stat(_read_bytes(f"/proc/{pid}/stat"))
+    return parsed[3] if parsed else None
+
+
+class ProcfsProcesses:
+    """The real view over /proc of the PID namespace the daemon runs in. One pass, few reads a process
+    (stat, cmdline, cgroup, maps; fds only when asked), since teardown plans on it while the GPUs wait."""
+
+    def snapshot(
+        self, device_glob: str, shm_glob: str | None = None, *, with_fds: bool = True
+    ) -> list[ProcInfo]:
         out = []
         patterns = (device_glob, shm_glob) if shm_glob else (device_glob,)
-        attrs = ["pid", "ppid", "uids", "name", "cmdline", "status", "create_time"]
-        for p in psutil.process_iter(attrs):
-            info = p.info
-            pid = info["pid"]
+        prefixes = tuple(glob_prefix(p) for p in patterns)
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            pid = int(entry.name)
+            base = f"/proc/{pid}"
+            parsed = parse_stat(_read_bytes(f"{base}/stat"))
+            if parsed is None:
+                continue  # gone meanwhile
+            comm, state, ppid, started = parsed
             # setproctitle leaves the rest of the argv area blank: drop the empty tail.
-            cmdline = tuple(a for a in (info["cmdline"] or ()) if a.strip())
-            base = PROC / str(pid)
-            state = _read(base / "stat").rpartition(")")[2].split()[:1]
-            maps = _read(base / "maps")
-            opened = open_matching_any(pid, patterns)
-            shm_files = (
-                tuple(dict.fromkeys((*opened[1], *mapped_matching(maps, shm_glob)))) if shm_glob else ()
-            )
+            args = _read_bytes(f"{base}/cmdline").split(b"\0")
+            cmdline = tuple(a.decode(errors="replace") for a in args if a.strip())
+            maps = _read_bytes(f"{base}/maps")
+            mapped = [
+                mapped_matching(maps.decode(errors="replace"), pat) if pre in maps else ()
+                for pat, pre in zip(patterns, prefixes, strict=True)
+            ]
+            opened = open_matching_any(pid, patterns) if with_fds else [() for _ in patterns]
+            try:
+                uid = entry.stat().st_uid
+            except OSError:
+                continue
             out.append(
                 ProcInfo(
                     pid=pid,
-                    ppid=info["ppid"] or 0,
-                    uid=info["uids"].real if info["uids"] else -1,
-                    name=info["name"] or "",
-                    title=" ".join(cmdline).strip() or f"[{info['name']}]",
+                    ppid=ppid,
+                    uid=uid,
+                    name=comm,
+                    title=" ".join(cmdline).strip() or f"[{comm}]",
                     cmdline=cmdline,
-                    state=state[0] if state else "?",
-                    wchan=_read(base / "wchan").strip(),
-                    cgroup=systemd_cgroup(_read(base / "cgroup")),
+                    state=state,
+                    wchan=_read(PROC / str(pid) / "wchan").strip() if state == "D" else "",
+                    cgroup=systemd_cgroup(_read_bytes(f"{base}/cgroup").decode(errors="replace")),
                     open_devices=opened[0],
-                    mapped_devices=mapped_matching(maps, device_glob),
-                    started=info["create_time"] or 0.0,
-                    shm_files=shm_files,
+                    mapped_devices=mapped[0],
+                    started=started,
+                    shm_files=tuple(dict.fromkeys((*opened[1], *mapped[1]))) if shm_glob else (),
                 )
             )
         return out

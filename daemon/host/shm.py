@@ -31,7 +31,8 @@ class ShmView(Protocol):
     @property
     def directory(self) -> Path: ...
     def entries(self, holders: Mapping[str, set[int]] | None = None) -> list[ShmEntry]: ...
-    def remove(self, entry: ShmEntry) -> str | None: ...
+    def users(self) -> dict[str, set[int]]: ...
+    def remove(self, entry: ShmEntry, holders: Mapping[str, set[int]] | None = None) -> str | None: ...
 
 
 class DevShm:
@@ -84,10 +85,10 @@ class DevShm:
             )
         return out
 
-    def remove(self, entry: ShmEntry) -> str | None:
+    def remove(self, entry: ShmEntry, holders: Mapping[str, set[int]] | None = None) -> str | None:
         """Unlink one planned file after checking again, right before, that it is the same regular file
-        (never a symlink: nothing is followed) and that no live process holds it. Returns why it was kept,
-        or None when removed."""
+        (never a symlink: nothing is followed) and that no live process holds it (`holders`: a scan made
+        just now). Returns why it was kept, or None when removed."""
         dir_fd = os.open(self._dir, os.O_RDONLY | os.O_DIRECTORY)
         try:
             try:
@@ -98,7 +99,7 @@ class DevShm:
                 return "not a regular file"
             if (st.st_ino, st.st_dev) != (entry.inode, entry.device):
                 return "replaced since the plan"
-            if self.users().get(entry.path):
+            if (self.users() if holders is None else holders).get(entry.path):
                 return "in use by a live process"
             os.unlink(entry.name, dir_fd=dir_fd)
             return None

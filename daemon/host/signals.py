@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import psutil
+from daemon.host.procs import start_time
 
 
 @dataclass
@@ -36,11 +36,8 @@ class PidfdControl:
             fd = os.pidfd_open(pid)
         except ProcessLookupError:
             return None
-        try:
-            same = started == 0.0 or abs(psutil.Process(pid).create_time() - started) < 0.01
-        except psutil.Error:
-            same = False
-        if not same:
+        now = start_time(pid)
+        if now is None or (started and now != started):
             os.close(fd)
             return None
         return ProcHandle(pid, fd)

@@ -64,7 +64,9 @@ class _Procs:
     def __init__(self, procs: list[ProcInfo]) -> None:
         self.procs = procs
 
-    def snapshot(self, device_glob: str) -> list[ProcInfo]:
+    def snapshot(
+        self, device_glob: str, shm_glob: str | None = None, *, with_fds: bool = True
+    ) -> list[ProcInfo]:
         return self.procs
 
     def cgroup_pids(self, control_group: str) -> list[int]:
