@@ -45,6 +45,33 @@ class Inventory:
     async def gpus(self) -> list[dict[str, Any]]:
         return [asdict(g) for g in await asyncio.to_thread(self._gpus.gpus)]
 
+    def profile_list(self, units: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for n, lp in sorted(self.profiles.valid.items()):
+            p = lp.profile
+            spec = p.speculative.model_dump() if p.speculative else None
+            out.append(
+                {
+                    "name": n,
+                    "valid": True,
+                    "description": p.description,
+                    "engine": p.engine,
+                    "unit": p.unit,
+                    "model": p.model,
+                    "port": p.port,
+                    "gpus": p.gpus,
+                    "speculative": spec,
+                    "argv": engine_for(p).argv(p),
+                    "file": str(lp.file),
+                    "sha256": lp.sha256,
+                    "unit_state": units.get(n),
+                    "default": n == self._settings.default_profile,
+                }
+            )
+        for inv in self.profiles.invalid:
+            out.append({"name": inv.name, "valid": False, "file": str(inv.file), "error": str(inv)})
+        return out
+
     def profile_summaries(self) -> dict[str, Any]:
         return {
             "valid": {

@@ -158,10 +158,16 @@ def plan(snap: Snapshot, policy: TeardownPolicy) -> TeardownPlan:
                     changed = True
 
     victims = [
-        Victim(pid, by_pid[pid].title, tuple(r), not _from_managed_unit(by_pid[pid], snap), gpu_mib.get(pid),
-               by_pid[pid].started)
+        Victim(
+            pid,
+            by_pid[pid].title,
+            tuple(r),
+            not _from_managed_unit(by_pid[pid], snap),
+            gpu_mib.get(pid),
+            by_pid[pid].started,
+        )
         for pid, r in sorted(chosen.items())
-    ]  # fmt: skip
+    ]
     refused = [v for v in victims if v.foreign] if policy.foreign == "refuse" else []
     remove, keep = plan_shm(snap.shm, policy.shm_patterns, victim_pids=set(chosen))
     return TeardownPlan(victims, spared, remove, keep, policy.gpus, refused)

@@ -1,32 +1,69 @@
-"""The FastAPI app factory. The lifespan builds the real host ports (one D-Bus connection per process)."""
+"""The FastAPI app factory. The lifespan builds the real host ports (one D-Bus connection per process),
+upgrades the database, reconciles with systemd, then says READY=1."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse
 
+from daemon.api import routes
+from daemon.api.auth import load_token
+from daemon.controller import Controller
 from daemon.errors import K25Error
+from daemon.host.journal import JournalctlJournal
 from daemon.host.notify import sd_notify
-from daemon.host.systemd import SdbusSystemd, open_system_bus
+from daemon.host.systemd import SdbusSystemd, SystemdPort, open_system_bus
+from daemon.hoststate import StateHub
 from daemon.inventory import Inventory
+from daemon.readiness import Prober
 from daemon.settings import Settings
-from daemon.wiring import build_gpus
+from daemon.store.queries import Store
+from daemon.switch import Switcher
+from daemon.wiring import build_gpus, build_teardown
 
 
-def create_app(settings: Settings) -> FastAPI:
+def create_app(settings: Settings, *, systemd: SystemdPort | None = None) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        systemd = SdbusSystemd(open_system_bus())
-        inventory = Inventory(settings, systemd, build_gpus(settings))
+        app.state.token = load_token(settings.token_path)
+        app.state.reads_require_token = settings.reads_require_token
+        store = await asyncio.to_thread(Store.open, settings.database_path)
+        bus_systemd = systemd or SdbusSystemd(open_system_bus())
+        gpus = build_gpus(settings)
+        inventory = Inventory(settings, bus_systemd, gpus)
         await inventory.reload_profiles()
-        app.state.inventory = inventory
-        sd_notify("READY=1\nSTATUS=idle")
+        hub = StateHub()
+        teardown = build_teardown(settings, gpus)
+        prober = Prober()
+        switcher = Switcher(
+            profiles=lambda: inventory.profiles,
+            systemd=bus_systemd,
+            journal=JournalctlJournal(settings.journal_command),
+            teardown=teardown,
+            store=store,
+            prober=prober,
+            hub=hub,
+            default_profile=settings.default_profile,
+            stop_timeout_s=settings.stop_timeout_s,
+        )
+        controller = Controller(
+            inventory=inventory,
+            switcher=switcher,
+            store=store,
+            teardown=teardown,
+            hub=hub,
+            default_profile=settings.default_profile,
+        )
+        controller.reconciled = await switcher.reconcile()
+        app.state.controller = controller
+        sd_notify(f"READY=1\nSTATUS={hub.status.state}")
         yield
         sd_notify("STOPPING=1")
+        await prober.aclose()
 
     app = FastAPI(title="k25-ctl", lifespan=lifespan)
 
@@ -38,14 +75,6 @@ def create_app(settings: Settings) -> FastAPI:
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
-    @app.get("/status")
-    async def status(request: Request) -> dict[str, Any]:
-        inv: Inventory = request.app.state.inventory
-        return {
-            "state": "idle",
-            "profiles": inv.profile_summaries(),
-            "units": await inv.unit_states(),
-            "gpus": await inv.gpus(),
-        }
-
+    app.include_router(routes.router)
+    app.include_router(routes.writes)
     return app

@@ -21,8 +21,19 @@ COPIED_UNITS = (
     "systemd-journald.socket",
     "systemd-journald-dev-log.socket",
 )
-TARGETS = ("sysinit", "basic", "shutdown", "sockets", "timers", "paths", "slices", "local-fs", "network",
-           "network-online", "multi-user")  # fmt: skip
+TARGETS = (
+    "sysinit",
+    "basic",
+    "shutdown",
+    "sockets",
+    "timers",
+    "paths",
+    "slices",
+    "local-fs",
+    "network",
+    "network-online",
+    "multi-user",
+)
 GPU_COUNT = 8
 ENGINE_STOP_TIMEOUT_S = 3  # a SIGTERM-ignoring fake engine is SIGKILLed by systemd after this
 
@@ -83,9 +94,23 @@ def fake_engine_profile(
 ) -> str:
     """A profile served by the fake engine (an ordinary profile: engine vllm or sglang plus `command`)."""
     model = models / "Kimi-K2.5-INT4"
-    command = [sys.executable, "-m", "daemon.sandbox.fake_engine", "--flavor", flavor, "--port", str(port),
-               "--served-model-name", "kimi-k2.5", "--model", str(model), "--load-seconds", str(load_seconds),
-               "--rate", str(rate)]  # fmt: skip
+    command = [
+        sys.executable,
+        "-m",
+        "daemon.sandbox.fake_engine",
+        "--flavor",
+        flavor,
+        "--port",
+        str(port),
+        "--served-model-name",
+        "kimi-k2.5",
+        "--model",
+        str(model),
+        "--load-seconds",
+        str(load_seconds),
+        "--rate",
+        str(rate),
+    ]
     if spec:
         command += ["--spec-tokens", str(int(spec["k"])), "--acceptance", str(spec["acceptance"])]
     for fault in faults:

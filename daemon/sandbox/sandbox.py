@@ -139,10 +139,23 @@ def up(
     sock.bind(str(root / "notify.sock"))
     log = (root / "boot.log").open("wb")
     unshare = subprocess.Popen(
-        ["unshare", "--pid", "--fork", "--mount", "--uts", "--ipc", "--mount-proc",
-         "--propagation", "private", str(script)],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-    )  # fmt: skip
+        [
+            "unshare",
+            "--pid",
+            "--fork",
+            "--mount",
+            "--uts",
+            "--ipc",
+            "--mount-proc",
+            "--propagation",
+            "private",
+            str(script),
+        ],
+        stdin=subprocess.DEVNULL,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        start_new_session=True,
+    )
     log.close()
     info = None
     try:

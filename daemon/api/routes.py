@@ -1,0 +1,90 @@
+"""Thin routes: parse, call one Controller method, return its answer."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi.responses import JSONResponse
+
+from daemon.api import auth
+from daemon.controller import Controller
+
+
+def controller(request: Request) -> Controller:
+    c: Controller = request.app.state.controller
+    return c
+
+
+def write_access(request: Request) -> None:
+    auth.check(request, request.app.state.token)
+
+
+def read_access(request: Request) -> None:
+    if request.app.state.reads_require_token:
+        auth.check(request, request.app.state.token)
+
+
+Ctl = Annotated[Controller, Depends(controller)]
+router = APIRouter(dependencies=[Depends(read_access)])
+writes = APIRouter(dependencies=[Depends(write_access)])
+
+
+def _accepted(run_id: int | None, run: dict[str, Any] | None) -> Response:
+    if run_id is None:
+        return JSONResponse({"run_id": None, "detail": "already active"}, status_code=200)
+    if run is not None:
+        return JSONResponse(run, status_code=200, headers={"Location": f"/runs/{run_id}"})
+    return JSONResponse({"run_id": run_id}, status_code=202, headers={"Location": f"/runs/{run_id}"})
+
+
+@router.get("/status")
+async def status(c: Ctl) -> dict[str, Any]:
+    return await c.status()
+
+
+@router.get("/profiles")
+async def profiles(c: Ctl) -> list[dict[str, Any]]:
+    return await c.profiles()
+
+
+@router.get("/profiles/{name}")
+async def profile(name: str, c: Ctl) -> dict[str, Any]:
+    return await c.profile(name)
+
+
+@writes.post("/profiles/{name}/activate", status_code=202)
+async def activate(name: str, c: Ctl, force: bool = False, wait: bool = False) -> Response:
+    return _accepted(*await c.activate(name, force=force, wait=wait))
+
+
+@writes.post("/restore", status_code=202)
+async def restore(c: Ctl, wait: bool = False) -> Response:
+    return _accepted(*await c.restore(wait=wait))
+
+
+@router.get("/runs")
+async def runs(
+    c: Ctl, profile: str | None = None, limit: Annotated[int, Query(ge=1, le=1000)] = 50
+) -> list[dict[str, Any]]:
+    return await c.runs(profile=profile, limit=limit)
+
+
+@router.get("/runs/{run_id}")
+async def run(run_id: int, c: Ctl) -> dict[str, Any]:
+    return await c.run(run_id)
+
+
+@writes.post("/runs/{run_id}/cancel", status_code=202)
+async def cancel(run_id: int, c: Ctl) -> dict[str, Any]:
+    return await c.cancel(run_id)
+
+
+@router.get("/teardown/plan")
+async def teardown_plan(c: Ctl) -> dict[str, Any]:
+    return await c.teardown_plan()
+
+
+@writes.post("/teardown")
+async def teardown(c: Ctl) -> dict[str, Any]:
+    return await c.run_teardown()

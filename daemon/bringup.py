@@ -1,0 +1,158 @@
+"""Start one engine unit and prove it ready: follow its journal (load progress, errors, ready markers) and
+its unit state (a crash ends the wait at once) from before the start; once HTTP is up, the engine's
+health rule, then one small streamed completion within probe_timeout_s."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from daemon.engines import engine_for
+from daemon.engines.base import LogEvent, LogKind, Readiness, ignore_patterns
+from daemon.errors import K25Error
+from daemon.host.journal import JournalPort
+from daemon.host.systemd import SystemdPort, UnitState
+from daemon.profiles import Profile
+from daemon.readiness import ProbeFailed, Prober
+
+HEALTH_RETRY_S = 1.0  # health is asked again this often where no log line announces HTTP (custom engines)
+WARMING_RETRY_S = 0.25  # SGLang answers 503 while it warms up: ask again this often until probe_timeout_s
+
+
+class BringUpFailed(K25Error):
+    def __init__(self, reason: str, errors: list[str]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.errors = errors
+
+
+@dataclass
+class BringUp:
+    """What was seen while bringing one unit up."""
+
+    errors: list[str] = field(default_factory=list)
+    load_seconds: float | None = None
+    last_percent: int | None = None
+
+
+OnPhase = Callable[[str, str], Awaitable[None]]
+OnProgress = Callable[[LogEvent], Awaitable[None]]
+
+
+async def bring_up(
+    profile: Profile,
+    *,
+    systemd: SystemdPort,
+    journal: JournalPort,
+    prober: Prober,
+    on_phase: OnPhase,
+    on_progress: OnProgress,
+    start_timeout_s: float = 120.0,
+) -> BringUp:
+    engine = engine_for(profile)
+    ignore = ignore_patterns(profile)
+    seen = BringUp()
+    http_up = asyncio.Event()
+    began = time.monotonic()
+
+    async with journal.follow(profile.unit) as records, systemd.watch(profile.unit) as states:
+
+        async def read_journal() -> None:
+            async for rec in records:
+                ev = engine.classify_line(rec.message, ignore)
+                if ev is None:
+                    continue
+                if ev.kind is LogKind.PROGRESS:
+                    if ev.percent != seen.last_percent:
+                        seen.last_percent = ev.percent
+                        await on_progress(ev)
+                elif ev.kind is LogKind.READY:
+                    http_up.set()
+                elif ev.kind is LogKind.ERROR:
+                    seen.errors = [*seen.errors[-19:], ev.line]
+
+        async def watch_unit() -> UnitState:
+            started = False
+            async for st in states:
+                started = started or st.active_state in ("activating", "active")
+                if started and st.is_down:
+                    return st
+            raise BringUpFailed("the unit's state stream ended", seen.errors)
+
+        async def ask_health() -> None:
+            while not http_up.is_set():
+                if await prober.health(profile) is not None:
+                    http_up.set()
+                    return
+                await asyncio.sleep(HEALTH_RETRY_S)
+
+        tasks = [asyncio.create_task(read_journal()), asyncio.create_task(ask_health())]
+        unit_down = asyncio.create_task(watch_unit())
+        try:
+            await on_phase("start", profile.unit)
+            outcome = await systemd.start(profile.unit, within_s=start_timeout_s)
+            if not outcome.ok:
+                raise BringUpFailed(
+                    f"systemd could not start {profile.unit}: job {outcome.job_result}", seen.errors
+                )
+            await on_phase("loading", f"{profile.unit} started (main PID {outcome.state.main_pid})")
+            await _first(http_up.wait(), unit_down, profile.load_timeout_s, "loading", profile, seen)
+            seen.load_seconds = time.monotonic() - began
+            await on_phase("probing", f"HTTP up after {seen.load_seconds:.1f}s")
+            probe = _probe(profile, prober, engine.readiness)
+            await _first(probe, unit_down, profile.probe_timeout_s, "probing", profile, seen)
+        finally:
+            for t in (*tasks, unit_down):
+                t.cancel()
+            for t in (*tasks, unit_down):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+    return seen
+
+
+async def _probe(profile: Profile, prober: Prober, rule: Callable[[int | None], Readiness]) -> None:
+    while True:
+        state = rule(await prober.health(profile))
+        if state is Readiness.HEALTHY:
+            break
+        if state is Readiness.DEAD:
+            raise ProbeFailed(f"the engine reports itself dead on {profile.base_url}")
+        await asyncio.sleep(WARMING_RETRY_S)
+    await prober.generate(profile)
+
+
+async def _first(
+    work: Awaitable[object],
+    unit_down: asyncio.Task[UnitState],
+    within_s: float,
+    phase: str,
+    profile: Profile,
+    seen: BringUp,
+) -> None:
+    """Wait for `work`, but fail at once if the unit goes down, and after `within_s` at the latest."""
+    task = asyncio.ensure_future(work)
+    try:
+        done, _ = await asyncio.wait({task, unit_down}, timeout=within_s, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if unit_down in done and task not in done:
+        task.cancel()
+        st = unit_down.result()
+        raise BringUpFailed(
+            f"{profile.unit} exited during {phase} ({st.active_state}, result {st.result}, "
+            f"status {st.exec_main_status})",
+            seen.errors,
+        )
+    if task not in done:
+        task.cancel()
+        limit = "load_timeout_s" if phase == "loading" else "probe_timeout_s"
+        what = "HTTP did not come up" if phase == "loading" else "not ready (health or generation hangs)"
+        raise BringUpFailed(f"{profile.unit}: {what} within {limit}={within_s:.0f}s", seen.errors)
+    try:
+        task.result()
+    except ProbeFailed as e:
+        raise BringUpFailed(f"{profile.unit}: {e}", seen.errors) from e

@@ -1,0 +1,65 @@
+"""The host's state (idle | switching | active | degraded | needs_reset), its current run, phase and load
+progress, published to subscribers (the API's SSE, sd_notify STATUS)."""
+
+from __future__ import annotations
+
+import asyncio
+import enum
+import time
+from collections.abc import AsyncIterator
+from dataclasses import asdict, dataclass, field, replace
+from typing import Any
+
+
+class HostState(enum.StrEnum):
+    IDLE = "idle"
+    SWITCHING = "switching"
+    ACTIVE = "active"
+    DEGRADED = "degraded"
+    NEEDS_RESET = "needs_reset"
+
+
+@dataclass(frozen=True)
+class HostStatus:
+    state: HostState = HostState.IDLE
+    active_profile: str | None = None
+    target_profile: str | None = None
+    run_id: int | None = None
+    phase: str | None = None
+    progress_percent: int | None = None
+    progress_done: int | None = None
+    progress_total: int | None = None
+    reason: str | None = None
+    since: float = field(default_factory=time.time)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+class StateHub:
+    """Holds the current status; every change goes to each subscriber's queue (the newest wins if a slow
+    subscriber falls behind)."""
+
+    def __init__(self) -> None:
+        self.status = HostStatus()
+        self._subscribers: set[asyncio.Queue[HostStatus]] = set()
+
+    def update(self, **changes: Any) -> HostStatus:
+        if "state" in changes and changes["state"] != self.status.state:
+            changes.setdefault("since", time.time())
+        self.status = replace(self.status, **changes)
+        for q in self._subscribers:
+            if q.full():
+                q.get_nowait()
+            q.put_nowait(self.status)
+        return self.status
+
+    async def subscribe(self) -> AsyncIterator[HostStatus]:
+        q: asyncio.Queue[HostStatus] = asyncio.Queue(maxsize=64)
+        self._subscribers.add(q)
+        try:
+            yield self.status
+            while True:
+                yield await q.get()
+        finally:
+            self._subscribers.discard(q)

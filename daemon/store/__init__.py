@@ -1,0 +1,1 @@
+"""The runs database: SQLModel tables, the engine (SQLite, WAL), keyword-only queries."""

@@ -1,0 +1,54 @@
+"""Tables. Every run keeps the rendered argv and the hash of its profile file, so a number can always be
+traced to what produced it."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from sqlmodel import Field, SQLModel
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+class Run(SQLModel, table=True):
+    __tablename__ = "runs"
+
+    id: int | None = Field(default=None, primary_key=True)
+    kind: str = Field(index=True)  # switch | rollback | teardown
+    profile: str | None = Field(default=None, index=True)
+    from_profile: str | None = None
+    outcome: str = Field(default="running", index=True)  # running | active | failed | cancelled | ...
+    phase: str = "created"
+    started_at: datetime = Field(default_factory=utcnow)
+    ended_at: datetime | None = None
+    load_seconds: float | None = None
+    progress_percent: int | None = None
+    progress_done: int | None = None
+    progress_total: int | None = None
+    error: str | None = None  # the journal excerpt of a failed start, or the failure's reason
+    parent_id: int | None = Field(default=None, foreign_key="runs.id")
+    argv: str | None = None  # JSON list
+    profile_sha256: str | None = None
+    unit: str | None = None
+
+
+class RunEvent(SQLModel, table=True):
+    __tablename__ = "run_events"
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True)
+    at: datetime = Field(default_factory=utcnow)
+    phase: str
+    detail: str = ""
+
+
+class TeardownRecord(SQLModel, table=True):
+    __tablename__ = "teardowns"
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int | None = Field(default=None, foreign_key="runs.id", index=True)
+    created_at: datetime = Field(default_factory=utcnow)
+    ok: bool
+    report: str  # JSON of the TeardownReport
