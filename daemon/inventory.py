@@ -71,18 +71,3 @@ class Inventory:
         for inv in self.profiles.invalid:
             out.append({"name": inv.name, "valid": False, "file": str(inv.file), "error": str(inv)})
         return out
-
-    def profile_summaries(self) -> dict[str, Any]:
-        return {
-            "valid": {
-                n: {
-                    "unit": lp.profile.unit,
-                    "engine": lp.profile.engine,
-                    "argv": engine_for(lp.profile).argv(lp.profile),
-                }
-                for n, lp in self.profiles.valid.items()
-            },
-            "invalid": [
-                {"file": str(i.file), "name": i.name, "error": str(i)} for i in self.profiles.invalid
-            ],
-        }

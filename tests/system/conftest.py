@@ -21,7 +21,9 @@ FAULT_PROFILES: dict[str, dict[str, Any]] = {
     "stubborn": {"flavor": "vllm", "faults": ("ignore-sigterm",)},
     "orphaner": {"flavor": "sglang", "faults": ("orphan",)},
     "leaky": {"flavor": "vllm", "faults": ("leak-shm",)},
-    "deadlocked": {"flavor": "sglang", "faults": ("deadlock",)},
+    "deadlocked": {"flavor": "sglang", "faults": ("deadlock",), "probe_timeout_s": 3.0},
+    "slow": {"flavor": "vllm", "load_seconds": 8.0},
+    "fragile": {"flavor": "vllm"},
 }
 
 
@@ -35,7 +37,7 @@ def write_fault_profiles(directory: Path, models: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     make_models(models)
     for name, spec in FAULT_PROFILES.items():
-        text = fake_engine_profile(name, port=free_port(), models=models, load_seconds=1.0, **spec)
+        text = fake_engine_profile(name, port=free_port(), models=models, **({"load_seconds": 1.0} | spec))
         (directory / f"{name}.toml").write_text(text)
 
 
@@ -53,6 +55,60 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sbx.SandboxInf
 
 def inside(info: sbx.SandboxInfo, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
     return subprocess.run(info.inside(list(argv)), capture_output=True, text=True, timeout=timeout)
+
+
+class Api:
+    """The daemon's REST API in a sandbox, with its token."""
+
+    def __init__(self, info: sbx.SandboxInfo) -> None:
+        import httpx
+
+        self.info = info
+        self.client = httpx.Client(
+            base_url=info.url, timeout=120, headers={"Authorization": f"Bearer {info.token}"}
+        )
+
+    def activate(self, name: str, *, wait: bool = True, force: bool = False) -> Any:
+        r = self.client.post(f"/profiles/{name}/activate", params={"wait": wait, "force": force})
+        assert r.status_code in (200, 202), r.text
+        return r.json()
+
+    def run(self, run_id: int) -> Any:
+        return self.client.get(f"/runs/{run_id}").json()
+
+    def status(self) -> Any:
+        return self.client.get("/status").json()
+
+    def wait_run(self, run_id: int, *, within_s: float = 120) -> Any:
+        """Until the run has ended (deadline-bound; the API has no blocking read for an accepted run)."""
+        import time
+
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            run = self.run(run_id)
+            if run["outcome"] != "running":
+                return run
+            time.sleep(0.2)
+        raise AssertionError(f"run {run_id} still running after {within_s}s")
+
+    def wait_until(self, predicate: Any, *, within_s: float = 60, what: str = "condition") -> Any:
+        import time
+
+        deadline = time.monotonic() + within_s
+        while time.monotonic() < deadline:
+            try:
+                value = predicate()
+            except Exception:  # the daemon may be restarting
+                value = None
+            if value:
+                return value
+            time.sleep(0.2)
+        raise AssertionError(f"{what} not reached within {within_s}s")
+
+
+@pytest.fixture(scope="session")
+def api(sandbox: sbx.SandboxInfo) -> Api:
+    return Api(sandbox)
 
 
 def probe(info: sbx.SandboxInfo, scenario: str, *args: str) -> Any:

@@ -22,11 +22,12 @@ def test_daemon_runs_as_a_unit_with_its_api(sandbox: SandboxInfo) -> None:
     assert "ActiveState=active" in r.stdout
     assert "Type=notify" in r.stdout
     status = httpx.get(f"{sandbox.url}/status", timeout=10).json()
-    valid = status["profiles"]["valid"]
+    profiles = {p["name"]: p for p in httpx.get(f"{sandbox.url}/profiles", timeout=10).json()}
     # the stock sandbox profiles plus the ones added with --profiles
-    assert {"baseline", "vllm-eagle3", "sglang-eagle3", "crashy", "stubborn"} <= set(valid)
-    assert valid["baseline"]["unit"] == "vllm-kimi-k25-int4.service"
-    assert valid["baseline"]["engine"] == "vllm"
+    assert {"baseline", "vllm-eagle3", "sglang-eagle3", "crashy", "stubborn"} <= set(profiles)
+    assert profiles["baseline"]["unit"] == "vllm-kimi-k25-int4.service"
+    assert profiles["baseline"]["engine"] == "vllm"
+    assert profiles["baseline"]["valid"] is True
     assert len(status["gpus"]) == 8
     assert Path(sandbox.token_file).stat().st_mode & 0o777 == 0o600
 
