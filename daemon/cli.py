@@ -128,6 +128,15 @@ def format_plan(plan: TeardownPlan) -> str:
     return "\n".join(lines)
 
 
+def _cmd_db(args: argparse.Namespace) -> int:
+    from daemon.store.db import upgrade
+
+    settings = load_settings()
+    upgrade(settings.database_path)
+    print(f"{settings.database_path}: schema at head")
+    return EXIT_OK
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="k25-ctl", description="control plane of a GPU inference host")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -141,6 +150,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-paths", action="store_true", help="do not check that model paths exist")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_check_profiles)
+
+    p = sub.add_parser("db", help="the runs database")
+    p.add_argument("action", choices=("upgrade",), help="upgrade: migrate the schema to the newest revision")
+    p.set_defaults(func=_cmd_db)
 
     p = sub.add_parser("serve", help="run the daemon (what k25-ctl.service runs)")
     p.set_defaults(func=_cmd_serve)

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from dataclasses import asdict
 from typing import Any
 
 from daemon.errors import Busy, NotFound
 from daemon.hoststate import HostState, StateHub
 from daemon.inventory import Inventory
-from daemon.store.queries import RunView, Store
+from daemon.store.queries import FINAL, RunView, Store
 from daemon.switch import Switcher
 from daemon.teardown_exec import Teardown
 
@@ -87,6 +88,36 @@ class Controller:
     async def runs(self, *, profile: str | None, limit: int) -> list[dict[str, Any]]:
         rows = await asyncio.to_thread(self.store.list_runs, profile=profile, limit=limit)
         return [run_dict(RunView(r, [], [])) | {"events": None, "teardowns": None} for r in rows]
+
+    async def run_events(self, run_id: int) -> AsyncIterator[dict[str, Any]]:
+        """The run's stored events, then its live ones until it ends."""
+        with self.hub.follow_run(run_id) as live:
+            view = await asyncio.to_thread(self.store.get_run, run_id=run_id)
+            if view is None:
+                raise NotFound(f"no run {run_id}")
+            last = 0
+            for e in view.events:
+                last = e.id or last
+                yield {
+                    "id": e.id,
+                    "phase": e.phase,
+                    "detail": e.detail,
+                    "at": e.at.isoformat(),
+                    "run_id": run_id,
+                }
+            if view.run.outcome in FINAL:
+                return
+            while True:
+                event = await live.get()
+                if event["id"] <= last:
+                    continue
+                yield event | {"run_id": run_id}
+                if event.get("final"):
+                    return
+
+    async def host_events(self) -> AsyncIterator[dict[str, Any]]:
+        async for status in self.hub.subscribe():
+            yield status.to_dict()
 
     async def teardown_plan(self) -> dict[str, Any]:
         return asdict(await self.teardown.plan(managed_units=self._units()))

@@ -4,9 +4,10 @@ progress, published to subscribers (the API's SSE, sd_notify STATUS)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import enum
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
@@ -43,6 +44,7 @@ class StateHub:
     def __init__(self) -> None:
         self.status = HostStatus()
         self._subscribers: set[asyncio.Queue[HostStatus]] = set()
+        self._run_subscribers: dict[int, set[asyncio.Queue[dict[str, Any]]]] = {}
 
     def update(self, **changes: Any) -> HostStatus:
         if "state" in changes and changes["state"] != self.status.state:
@@ -63,3 +65,21 @@ class StateHub:
                 yield await q.get()
         finally:
             self._subscribers.discard(q)
+
+    def publish_run(self, run_id: int, event: dict[str, Any]) -> None:
+        """A run's event, as persisted, to whoever follows that run."""
+        for q in self._run_subscribers.get(run_id, ()):
+            q.put_nowait(event)
+
+    @contextlib.contextmanager
+    def follow_run(self, run_id: int) -> Iterator[asyncio.Queue[dict[str, Any]]]:
+        """Subscribe first, then read what is already stored: no event falls in between."""
+        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self._run_subscribers.setdefault(run_id, set()).add(q)
+        try:
+            yield q
+        finally:
+            subs = self._run_subscribers.get(run_id, set())
+            subs.discard(q)
+            if not subs:
+                self._run_subscribers.pop(run_id, None)

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -107,7 +108,19 @@ class Switcher:
         )
 
     async def _event(self, run_id: int, phase: str, detail: str = "", **fields: Any) -> None:
-        await asyncio.to_thread(self.store.add_event, run_id=run_id, phase=phase, detail=detail, **fields)
+        eid = await asyncio.to_thread(
+            self.store.add_event, run_id=run_id, phase=phase, detail=detail, **fields
+        )
+        self.hub.publish_run(
+            run_id, {"id": eid, "phase": phase, "detail": detail, "at": time.time(), **fields}
+        )
+
+    async def _finish(self, run_id: int, outcome: str, **fields: Any) -> None:
+        eid = await asyncio.to_thread(self.store.finish_run, run_id=run_id, outcome=outcome, **fields)
+        detail = fields.get("error") or ""
+        self.hub.publish_run(
+            run_id, {"id": eid, "phase": outcome, "detail": detail, "at": time.time(), "final": True}
+        )
 
     async def _transaction(self, run_id: int, lp: LoadedProfile, previous: str | None) -> None:
         try:
@@ -208,9 +221,7 @@ class Switcher:
             )
         except BringUpFailed as e:
             raise SwitchFailed(e.reason, await self._excerpt(p.unit, e.errors)) from e
-        await asyncio.to_thread(
-            self.store.finish_run, run_id=run_id, outcome="active", load_seconds=seen.load_seconds
-        )
+        await self._finish(run_id, "active", load_seconds=seen.load_seconds)
         self.hub.update(
             state=HostState.ACTIVE, active_profile=p.name, target_profile=None, run_id=None, phase=None
         )
@@ -258,12 +269,8 @@ class Switcher:
             except SwitchFailed as e:
                 failure.needs_reset = e.needs_reset
                 excerpt += f"\n[cleanup] {e.reason}"
-        await asyncio.to_thread(
-            self.store.finish_run,
-            run_id=run_id,
-            outcome=outcome,
-            error=f"{failure.reason}\n{excerpt}" if failure.excerpt else failure.reason,
-        )
+        error = f"{failure.reason}\n{excerpt}" if failure.excerpt else failure.reason
+        await self._finish(run_id, outcome, error=error)
 
     async def _excerpt(self, unit: str, errors: list[str]) -> str:
         try:

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import json
+from collections.abc import AsyncIterator
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from daemon.api import auth
 from daemon.controller import Controller
@@ -73,6 +75,33 @@ async def runs(
 @router.get("/runs/{run_id}")
 async def run(run_id: int, c: Ctl) -> dict[str, Any]:
     return await c.run(run_id)
+
+
+def _sse(events: AsyncIterator[dict[str, Any]], name: str) -> StreamingResponse:
+    async def body() -> AsyncIterator[bytes]:
+        async for event in events:
+            data = json.dumps(event, default=str)
+            yield f"event: {event.get(name) or 'message'}\ndata: {data}\n\n".encode()
+
+    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+
+
+@router.get("/runs/{run_id}/events")
+async def run_events(run_id: int, c: Ctl) -> StreamingResponse:
+    events = c.run_events(run_id)
+    first = await anext(events)  # a wrong run id is a 404 before the stream starts
+
+    async def chained() -> AsyncIterator[dict[str, Any]]:
+        yield first
+        async for e in events:
+            yield e
+
+    return _sse(chained(), "phase")
+
+
+@router.get("/events")
+async def host_events(c: Ctl) -> StreamingResponse:
+    return _sse(c.host_events(), "state")
 
 
 @writes.post("/runs/{run_id}/cancel", status_code=202)

@@ -61,10 +61,12 @@ class Store:
             s.commit()
             return _id(run.id)
 
-    def add_event(self, *, run_id: int, phase: str, detail: str = "", **fields: Any) -> None:
-        """One event, and the run's current phase (plus any run fields given) in the same transaction."""
+    def add_event(self, *, run_id: int, phase: str, detail: str = "", **fields: Any) -> int:
+        """One event, and the run's current phase (plus any run fields given) in the same transaction;
+        returns the event's id."""
         with Session(self.engine) as s:
-            s.add(RunEvent(run_id=run_id, phase=phase, detail=detail))
+            event = RunEvent(run_id=run_id, phase=phase, detail=detail)
+            s.add(event)
             run = s.get(Run, run_id)
             if run is not None:
                 run.phase = phase
@@ -72,20 +74,24 @@ class Store:
                     setattr(run, k, v)
                 s.add(run)
             s.commit()
+            return _id(event.id)
 
-    def finish_run(self, *, run_id: int, outcome: str, error: str | None = None, **fields: Any) -> None:
+    def finish_run(self, *, run_id: int, outcome: str, error: str | None = None, **fields: Any) -> int:
+        """The run's outcome and end, and its last event; returns that event's id."""
         with Session(self.engine) as s:
             run = s.get(Run, run_id)
             if run is None:
-                return
+                raise LookupError(f"no run {run_id}")
             run.outcome, run.ended_at = outcome, utcnow()
             if error is not None:
                 run.error = error
             for k, v in fields.items():
                 setattr(run, k, v)
             s.add(run)
-            s.add(RunEvent(run_id=run_id, phase=outcome, detail=error or ""))
+            event = RunEvent(run_id=run_id, phase=outcome, detail=error or "")
+            s.add(event)
             s.commit()
+            return _id(event.id)
 
     def save_teardown(self, *, run_id: int | None, ok: bool, report: dict[str, Any]) -> int:
         with Session(self.engine) as s:

@@ -54,3 +54,15 @@ def test_wal_and_run_lifecycle(tmp_path: Path) -> None:
     assert store.get_run(run_id=other).run.outcome == "interrupted"  # type: ignore[union-attr]
     assert [r.id for r in store.list_runs(profile="vllm-eagle3")] == [run_id]
     assert [r.id for r in store.list_runs(limit=1)] == [other]
+
+
+def test_db_upgrade_command(tmp_path: Path) -> None:
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, K25_CONFIG="/nonexistent.toml", K25_STATE_DIR=str(tmp_path / "state"))
+    r = subprocess.run([str(Path(sys.executable).parent / "k25-ctl"), "db", "upgrade"], env=env,
+                       capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert {"runs", "run_events", "teardowns"} <= _tables(tmp_path / "state/k25.db")
