@@ -6,8 +6,11 @@ import argparse
 import json
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+import httpx
+
+from daemon.client import ApiError
 from daemon.engines import engine_for
 from daemon.errors import K25Error
 from daemon.profiles import load_profiles
@@ -15,7 +18,6 @@ from daemon.settings import load_settings
 
 if TYPE_CHECKING:
     from daemon.sandbox.sandbox import SandboxInfo
-    from daemon.teardown import TeardownPlan
 
 EXIT_OK, EXIT_USAGE, EXIT_FAILED, EXIT_BUSY = 0, 2, 3, 4
 
@@ -92,39 +94,44 @@ def _cmd_teardown(args: argparse.Namespace) -> int:
 
     from daemon.wiring import build_teardown
 
-    settings = load_settings()
-    teardown = build_teardown(settings)
-    gpus = tuple(args.gpus) if args.gpus else None
-    if args.dry_run:
-        plan = asyncio.run(teardown.plan(gpus))
-        if args.json:
-            print(json.dumps(asdict(plan), indent=2, default=str))
+    if not args.local:
+        from daemon import cli_remote
+
+        if args.dry_run:
+            data = cli_remote.remote_plan(args)
         else:
-            print(format_plan(plan))
-        return EXIT_OK if not plan.is_refused else EXIT_BUSY
-    report = asyncio.run(teardown.run(gpus))
-    print(json.dumps(report.to_dict(), indent=2, default=str))
-    return EXIT_OK if report.ok else EXIT_FAILED
+            data = cli_remote.client(args).post("/teardown")[1]
+            print(json.dumps(data, indent=2, default=str))
+            return EXIT_OK if data["report"]["ok"] else EXIT_FAILED
+    else:
+        settings = load_settings()
+        teardown = build_teardown(settings)
+        gpus = tuple(args.gpus) if args.gpus else None
+        if not args.dry_run:
+            report = asyncio.run(teardown.run(gpus))
+            print(json.dumps(report.to_dict(), indent=2, default=str))
+            return EXIT_OK if report.ok else EXIT_FAILED
+        data = asdict(asyncio.run(teardown.plan(gpus)))
+    print(json.dumps(data, indent=2, default=str) if args.json else format_plan(data))
+    return EXIT_OK if not data["refused"] else EXIT_BUSY
 
 
-def format_plan(plan: TeardownPlan) -> str:
-    lines = [f"victims ({len(plan.victims)}): SIGTERM, then SIGKILL after the grace period"]
-    for v in plan.victims:
-        mem = f", {v.gpu_mib} MiB GPU" if v.gpu_mib else ""
-        lines.append(
-            f"  {v.pid:>7} {v.title[:60]:60} {'FOREIGN ' if v.foreign else ''}{'; '.join(v.reasons)}{mem}"
-        )
-    lines.append(f"spared ({len(plan.spared)}):")
-    lines += [f"  {s.pid:>7} {s.title[:60]:60} {s.reason}" for s in plan.spared]
-    lines.append(f"shm files to remove ({len(plan.shm_remove)}):")
-    lines += [f"  {d.entry.name} ({d.entry.size} B): {d.reason}" for d in plan.shm_remove]
-    lines.append(f"shm files kept ({len(plan.shm_keep)}):")
-    lines += [f"  {d.entry.name}: {d.reason}" for d in plan.shm_keep]
-    if plan.is_refused:
-        lines.append(
-            "REFUSED: foreign GPU processes under policy 'refuse': "
-            + ", ".join(str(v.pid) for v in plan.refused)
-        )
+def format_plan(plan: dict[str, Any]) -> str:
+    """A teardown plan (as JSON) for people: who gets which signal and why, who is spared, which files go."""
+    lines = [f"victims ({len(plan['victims'])}): SIGTERM, then SIGKILL after the grace period"]
+    for v in plan["victims"]:
+        mem = f", {v['gpu_mib']} MiB GPU" if v["gpu_mib"] else ""
+        foreign = "FOREIGN " if v["foreign"] else ""
+        lines.append(f"  {v['pid']:>7} {v['title'][:60]:60} {foreign}{'; '.join(v['reasons'])}{mem}")
+    lines.append(f"spared ({len(plan['spared'])}):")
+    lines += [f"  {s['pid']:>7} {s['title'][:60]:60} {s['reason']}" for s in plan["spared"]]
+    lines.append(f"shm files to remove ({len(plan['shm_remove'])}):")
+    lines += [f"  {d['entry']['name']} ({d['entry']['size']} B): {d['reason']}" for d in plan["shm_remove"]]
+    lines.append(f"shm files kept ({len(plan['shm_keep'])}):")
+    lines += [f"  {d['entry']['name']}: {d['reason']}" for d in plan["shm_keep"]]
+    if plan["refused"]:
+        pids = ", ".join(str(v["pid"]) for v in plan["refused"])
+        lines.append(f"REFUSED: foreign GPU processes under policy 'refuse': {pids}")
     return "\n".join(lines)
 
 
@@ -137,9 +144,40 @@ def _cmd_db(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _remote_commands(sub: Any) -> None:
+    from daemon import cli_remote as r
+
+    def add(name: str, func: Any, help_: str) -> argparse.ArgumentParser:
+        p: argparse.ArgumentParser = sub.add_parser(name, help=help_)
+        p.add_argument("--json", action="store_true", help="machine-readable output")
+        p.add_argument("--url", help="the daemon (default: from the settings, or K25_URL)")
+        p.set_defaults(func=func, remote=True)
+        return p
+
+    add("status", r.status, "host state, active profile, switch in progress, GPUs")
+    add("profiles", r.profiles, "profiles with their unit state and validity")
+    p = add("activate", r.activate, "switch to PROFILE")
+    p.add_argument("profile")
+    p.add_argument(
+        "--wait", action="store_true", help="follow the switch to its end (exit 0 active, 3 failed)"
+    )
+    p.add_argument("--force", action="store_true", help="even if PROFILE is already active")
+    p = add("restore", r.activate, "switch back to the default profile")
+    p.add_argument("--wait", action="store_true")
+    p = add("runs", r.runs, "recent runs")
+    p.add_argument("--profile")
+    p.add_argument("--limit", type=int, default=20)
+    p = add("run", r.run, "one run with its events")
+    p.add_argument("run_id", type=int)
+    p = add("cancel", r.cancel, "cancel the run in progress")
+    p.add_argument("run_id", type=int)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="k25-ctl", description="control plane of a GPU inference host")
     sub = parser.add_subparsers(dest="command", required=True)
+
+    _remote_commands(sub)
 
     p = sub.add_parser("launch", help="exec the engine of PROFILE (what engine units run)")
     p.add_argument("profile")
@@ -162,6 +200,7 @@ def build_parser() -> argparse.ArgumentParser:
         "teardown", help="tear the GPUs down: SIGTERM/SIGKILL the victims, clean /dev/shm, verify"
     )
     p.add_argument("--dry-run", action="store_true", help="print the plan, touch nothing")
+    p.add_argument("--local", action="store_true", help="plan (or run) here, without the daemon")
     p.add_argument("--gpus", type=int, nargs="*", help="only these GPUs (default: all)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_teardown)
@@ -183,6 +222,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
+    except ApiError as e:
+        from daemon.cli_remote import exit_code
+
+        return exit_code(e)
+    except httpx.HTTPError as e:
+        print(f"k25-ctl: cannot reach the daemon: {e}", file=sys.stderr)
+        return EXIT_FAILED
     except K25Error as e:
         print(f"k25-ctl: {e}", file=sys.stderr)
         return EXIT_USAGE if e.status_code in (404, 422) else EXIT_FAILED

@@ -9,6 +9,8 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict
 from typing import Any
 
+from daemon.api.metrics import K25Collector
+from daemon.api.metrics import render as render_metrics
 from daemon.errors import Busy, NotFound
 from daemon.hoststate import HostState, StateHub
 from daemon.inventory import Inventory
@@ -37,6 +39,10 @@ class Controller:
         )
         self.default_profile = default_profile
         self.reconciled: dict[str, Any] = {}
+        self.collector = K25Collector(hub, store, inventory.gpu_view)
+
+    async def metrics(self) -> bytes:
+        return await asyncio.to_thread(render_metrics, self.collector)
 
     def _units(self) -> tuple[str, ...]:
         return tuple(lp.profile.unit for lp in self.inventory.profiles.valid.values())

@@ -83,3 +83,26 @@ class StateHub:
             subs.discard(q)
             if not subs:
                 self._run_subscribers.pop(run_id, None)
+
+
+def _age(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f}s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f}m"
+    return f"{seconds / 3600:.1f}h"
+
+
+def describe(st: HostStatus, now: float | None = None) -> str:
+    """One line for `systemctl status k25-ctl` (sd_notify STATUS=)."""
+    now = time.time() if now is None else now
+    if st.state is HostState.ACTIVE:
+        return f"active: {st.active_profile} (ready {_age(now - st.since)})"
+    if st.state is HostState.SWITCHING:
+        line = f"switching to {st.target_profile}: {st.phase or 'starting'}"
+        if st.phase == "loading" and st.progress_percent is not None:
+            line += f" {st.progress_percent}% ({st.progress_done}/{st.progress_total})"
+        return line
+    if st.state is HostState.IDLE:
+        return "idle: no engine active"
+    return f"{st.state}: {st.reason or 'see k25-ctl status'}"

@@ -21,6 +21,10 @@ class Inventory:
         self._gpus = gpus
         self.profiles = ProfileSet()
 
+    @property
+    def gpu_view(self) -> GpuView:
+        return self._gpus
+
     async def reload_profiles(self) -> ProfileSet:
         s = self._settings
         self.profiles = await asyncio.to_thread(

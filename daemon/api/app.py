@@ -4,11 +4,12 @@ upgrades the database, reconciles with systemd, then says READY=1."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response
 
 from daemon.api import routes
 from daemon.api.auth import load_token
@@ -17,13 +18,29 @@ from daemon.errors import K25Error
 from daemon.host.journal import JournalctlJournal
 from daemon.host.notify import sd_notify
 from daemon.host.systemd import SdbusSystemd, SystemdPort, open_system_bus
-from daemon.hoststate import StateHub
+from daemon.hoststate import HostStatus, StateHub, describe
 from daemon.inventory import Inventory
 from daemon.readiness import Prober
 from daemon.settings import Settings
 from daemon.store.queries import Store
 from daemon.switch import Switcher
 from daemon.wiring import build_gpus, build_teardown
+
+
+async def _notify_status(hub: StateHub) -> None:
+    """Keep `systemctl status k25-ctl` current; ping the watchdog when WatchdogSec is set."""
+    usec = int(os.environ.get("WATCHDOG_USEC", "0") or 0)
+    period = usec / 2e6 if usec else 60.0  # without a watchdog: refresh the "ready 3m" age now and then
+    updates = hub.subscribe()
+    pending: asyncio.Task[HostStatus] | None = None
+    while True:
+        pending = pending or asyncio.ensure_future(anext(updates))
+        done, _ = await asyncio.wait({pending}, timeout=period)
+        if pending in done:
+            pending = None
+        sd_notify(f"STATUS={describe(hub.status)}")
+        if usec:
+            sd_notify("WATCHDOG=1")
 
 
 def create_app(settings: Settings, *, systemd: SystemdPort | None = None) -> FastAPI:
@@ -60,12 +77,23 @@ def create_app(settings: Settings, *, systemd: SystemdPort | None = None) -> Fas
         )
         controller.reconciled = await switcher.reconcile()
         app.state.controller = controller
-        sd_notify(f"READY=1\nSTATUS={hub.status.state}")
+        sd_notify(f"READY=1\nSTATUS={describe(hub.status)}")
+        notifier = asyncio.create_task(_notify_status(hub))
         yield
-        sd_notify("STOPPING=1")
+        notifier.cancel()
+        sd_notify("STOPPING=1\nSTATUS=stopping (engines keep running)")
         await prober.aclose()
 
     app = FastAPI(title="k25-ctl", lifespan=lifespan)
+
+    @app.middleware("http")
+    async def _limit_body(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        length = request.headers.get("content-length", "0")
+        if not length.isdigit() or int(length) > settings.max_body_bytes:
+            return JSONResponse(
+                {"detail": f"request body over {settings.max_body_bytes} bytes"}, status_code=413
+            )
+        return await call_next(request)
 
     @app.exception_handler(K25Error)
     async def _k25_error(_: Request, exc: K25Error) -> JSONResponse:

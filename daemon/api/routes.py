@@ -40,6 +40,11 @@ def _accepted(run_id: int | None, run: dict[str, Any] | None) -> Response:
     return JSONResponse({"run_id": run_id}, status_code=202, headers={"Location": f"/runs/{run_id}"})
 
 
+@router.get("/metrics")
+async def metrics(c: Ctl) -> Response:
+    return Response(await c.metrics(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
 @router.get("/status")
 async def status(c: Ctl) -> dict[str, Any]:
     return await c.status()

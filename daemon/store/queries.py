@@ -133,6 +133,30 @@ class Store:
             s.commit()
             return [r.id for r in runs if r.id is not None]
 
+    def metrics_summary(self) -> dict[str, Any]:
+        """What /metrics exports from the database: run counts, each profile's last load and switch
+        durations, the last teardown's duration."""
+        with Session(self.engine) as s:
+            runs = s.exec(select(Run).order_by(col(Run.id))).all()
+            last_td = s.exec(select(TeardownRecord).order_by(col(TeardownRecord.id).desc()).limit(1)).first()
+        counts: dict[tuple[str, str], int] = {}
+        load: dict[str, float] = {}
+        switch: dict[str, float] = {}
+        for r in runs:
+            counts[(r.kind, r.outcome)] = counts.get((r.kind, r.outcome), 0) + 1
+            if r.outcome == "active" and r.profile:
+                if r.load_seconds is not None:
+                    load[r.profile] = r.load_seconds
+                if r.ended_at:
+                    switch[r.profile] = (r.ended_at - r.started_at).total_seconds()
+        teardown_s = json.loads(last_td.report).get("steps", {}).get("total_s") if last_td else None
+        return {
+            "counts": counts,
+            "load_seconds": load,
+            "switch_seconds": switch,
+            "teardown_seconds": teardown_s,
+        }
+
     def last_good_profile(self) -> str | None:
         """The profile of the newest run that ended active: what rollback returns to."""
         with Session(self.engine) as s:
