@@ -201,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--dry-run", action="store_true", help="print the plan, touch nothing")
     p.add_argument("--local", action="store_true", help="plan (or run) here, without the daemon")
+    p.add_argument("--url", help="the daemon (default: from the settings, or K25_URL)")
     p.add_argument("--gpus", type=int, nargs="*", help="only these GPUs (default: all)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_teardown)

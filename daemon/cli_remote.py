@@ -16,7 +16,7 @@ FAILED_OUTCOMES = ("failed", "cancelled", "degraded", "interrupted", "needs_rese
 
 def client(args: argparse.Namespace) -> Client:
     settings = load_settings()
-    return Client(args.url or daemon_url(settings), read_token(settings))
+    return Client(getattr(args, "url", None) or daemon_url(settings), read_token(settings))
 
 
 def emit(args: argparse.Namespace, data: Any, text: str) -> None:

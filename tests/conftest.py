@@ -1,8 +1,14 @@
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from daemon.sandbox.sandbox import SandboxInfo
+    from tests.sandboxing import Api
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -16,3 +22,28 @@ def fixtures() -> Path:
 @pytest.fixture
 def stock_profiles() -> Path:
     return ROOT / "profiles"
+
+
+@pytest.fixture(scope="session")
+def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxInfo]:
+    """One sandbox for the session (system and web tests), with the fault profiles added."""
+    import os
+
+    from daemon.sandbox import sandbox as sbx
+    from tests.sandboxing import write_fault_profiles
+
+    if os.geteuid() != 0:
+        pytest.fail("system and web tests need root: they boot systemd in namespaces")
+    extra = tmp_path_factory.mktemp("profiles")
+    write_fault_profiles(extra, tmp_path_factory.mktemp("models"))
+    info = sbx.up(profiles=extra, load_seconds=1.0)
+    yield info
+    sbx.down(info)
+    assert sbx.leftovers(info) == []
+
+
+@pytest.fixture(scope="session")
+def api(sandbox: SandboxInfo) -> Api:
+    from tests.sandboxing import Api
+
+    return Api(sandbox)

@@ -103,6 +103,7 @@ def create_app(settings: Settings, *, systemd: SystemdPort | None = None) -> Fas
     async def healthz() -> dict[str, str]:
         return {"status": "ok"}
 
+    app.include_router(routes.pages)
     app.include_router(routes.router)
     app.include_router(routes.writes)
     return app

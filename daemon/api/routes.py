@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Request, Response
-from fastapi.responses import JSONResponse, StreamingResponse
+from fastapi.responses import HTMLResponse, JSONResponse, StreamingResponse
 
 from daemon.api import auth
 from daemon.controller import Controller
@@ -27,9 +28,11 @@ def read_access(request: Request) -> None:
         auth.check(request, request.app.state.token)
 
 
+INDEX = Path(__file__).with_name("templates") / "index.html"
 Ctl = Annotated[Controller, Depends(controller)]
 router = APIRouter(dependencies=[Depends(read_access)])
 writes = APIRouter(dependencies=[Depends(write_access)])
+pages = APIRouter()  # the page itself is static: it asks for the token when it needs one
 
 
 def _accepted(run_id: int | None, run: dict[str, Any] | None) -> Response:
@@ -38,6 +41,11 @@ def _accepted(run_id: int | None, run: dict[str, Any] | None) -> Response:
     if run is not None:
         return JSONResponse(run, status_code=200, headers={"Location": f"/runs/{run_id}"})
     return JSONResponse({"run_id": run_id}, status_code=202, headers={"Location": f"/runs/{run_id}"})
+
+
+@pages.get("/", response_class=HTMLResponse, include_in_schema=False)
+async def index() -> HTMLResponse:
+    return HTMLResponse(INDEX.read_text(encoding="utf-8"))
 
 
 @router.get("/metrics")

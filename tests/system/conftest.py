@@ -1,118 +1,12 @@
-"""System tests: a real systemd + D-Bus + journald booted in namespaces (the sandbox), as root."""
+"""System tests: a real systemd + D-Bus + journald booted in namespaces (the sandbox), as root. The
+`sandbox` and `api` fixtures live in tests/conftest.py (the web tests use them too)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
-import sys
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
-
 import pytest
-
-from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.layout import fake_engine_profile, free_port, make_models
-
-# Extra profiles the system tests need: each fault the fake engine can show, on its own port.
-FAULT_PROFILES: dict[str, dict[str, Any]] = {
-    "crashy": {"flavor": "vllm", "faults": ("crash-loading",)},
-    "stubborn": {"flavor": "vllm", "faults": ("ignore-sigterm",)},
-    "orphaner": {"flavor": "sglang", "faults": ("orphan",)},
-    "leaky": {"flavor": "vllm", "faults": ("leak-shm",)},
-    "deadlocked": {"flavor": "sglang", "faults": ("deadlock",), "probe_timeout_s": 3.0},
-    "slow": {"flavor": "vllm", "load_seconds": 8.0},
-    "fragile": {"flavor": "vllm"},
-}
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if "tests/system/" in str(item.fspath):
             item.add_marker(pytest.mark.system)
-
-
-def write_fault_profiles(directory: Path, models: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    make_models(models)
-    for name, spec in FAULT_PROFILES.items():
-        text = fake_engine_profile(name, port=free_port(), models=models, **({"load_seconds": 1.0} | spec))
-        (directory / f"{name}.toml").write_text(text)
-
-
-@pytest.fixture(scope="session")
-def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[sbx.SandboxInfo]:
-    if os.geteuid() != 0:
-        pytest.fail("system tests need root: they boot systemd in namespaces")
-    extra = tmp_path_factory.mktemp("profiles")
-    write_fault_profiles(extra, tmp_path_factory.mktemp("models"))
-    info = sbx.up(profiles=extra, load_seconds=1.0)
-    yield info
-    sbx.down(info)
-    assert sbx.leftovers(info) == []
-
-
-def inside(info: sbx.SandboxInfo, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(info.inside(list(argv)), capture_output=True, text=True, timeout=timeout)
-
-
-class Api:
-    """The daemon's REST API in a sandbox, with its token."""
-
-    def __init__(self, info: sbx.SandboxInfo) -> None:
-        import httpx
-
-        self.info = info
-        self.client = httpx.Client(
-            base_url=info.url, timeout=120, headers={"Authorization": f"Bearer {info.token}"}
-        )
-
-    def activate(self, name: str, *, wait: bool = True, force: bool = False) -> Any:
-        r = self.client.post(f"/profiles/{name}/activate", params={"wait": wait, "force": force})
-        assert r.status_code in (200, 202), r.text
-        return r.json()
-
-    def run(self, run_id: int) -> Any:
-        return self.client.get(f"/runs/{run_id}").json()
-
-    def status(self) -> Any:
-        return self.client.get("/status").json()
-
-    def wait_run(self, run_id: int, *, within_s: float = 120) -> Any:
-        """Until the run has ended (deadline-bound; the API has no blocking read for an accepted run)."""
-        import time
-
-        deadline = time.monotonic() + within_s
-        while time.monotonic() < deadline:
-            run = self.run(run_id)
-            if run["outcome"] != "running":
-                return run
-            time.sleep(0.2)
-        raise AssertionError(f"run {run_id} still running after {within_s}s")
-
-    def wait_until(self, predicate: Any, *, within_s: float = 60, what: str = "condition") -> Any:
-        import time
-
-        deadline = time.monotonic() + within_s
-        while time.monotonic() < deadline:
-            try:
-                value = predicate()
-            except Exception:  # the daemon may be restarting
-                value = None
-            if value:
-                return value
-            time.sleep(0.2)
-        raise AssertionError(f"{what} not reached within {within_s}s")
-
-
-@pytest.fixture(scope="session")
-def api(sandbox: sbx.SandboxInfo) -> Api:
-    return Api(sandbox)
-
-
-def probe(info: sbx.SandboxInfo, scenario: str, *args: str) -> Any:
-    """Run a tests/system/probe.py scenario inside the sandbox and return its JSON result."""
-    r = inside(info, sys.executable, "-m", "tests.system.probe", scenario, *args)
-    assert r.returncode == 0, f"probe {scenario} failed:\n{r.stderr[-4000:]}"
-    return json.loads(r.stdout.strip().splitlines()[-1])

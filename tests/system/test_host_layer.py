@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from daemon.sandbox.sandbox import SandboxInfo
-from tests.system.conftest import inside, probe
+from tests.sandboxing import inside, probe
 
 
 def test_start_restart_stop_return_job_results(sandbox: SandboxInfo) -> None:

@@ -12,7 +12,7 @@ import httpx
 
 from daemon.sandbox import sandbox as sbx
 from daemon.sandbox.sandbox import SandboxInfo
-from tests.system.conftest import inside, probe, write_fault_profiles
+from tests.sandboxing import inside, probe, write_fault_profiles
 
 K25 = str(Path(sys.executable).parent / "k25-ctl")
 

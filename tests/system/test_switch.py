@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 
 from daemon.sandbox.sandbox import SandboxInfo
-from tests.system.conftest import Api, inside
+from tests.sandboxing import Api, inside
 
 
 def _phases(run: dict) -> list[str]:

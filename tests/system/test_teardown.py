@@ -6,7 +6,7 @@ import sys
 from pathlib import Path
 
 from daemon.sandbox.sandbox import SandboxInfo
-from tests.system.conftest import inside, probe
+from tests.sandboxing import inside, probe
 
 
 def test_teardown_in_the_sandbox(sandbox: SandboxInfo) -> None:

@@ -1,0 +1,89 @@
+"""The REST contract, the CLI and `systemctl status k25-ctl`, against the daemon in the sandbox."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from daemon.sandbox.sandbox import SandboxInfo
+from tests.sandboxing import Api, inside
+
+K25 = str(Path(sys.executable).parent / "k25-ctl")
+
+
+def test_curl_activate_then_sse_to_active(api: Api, sandbox: SandboxInfo) -> None:
+    api.activate("baseline")
+    curl = subprocess.run(
+        ["curl", "-s", "-i", "-X", "POST", "-H", f"Authorization: Bearer {sandbox.token}",
+         f"{sandbox.url}/profiles/sglang-eagle3/activate"],
+        capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    head, _, body = curl.stdout.partition("\n\n")  # text mode turned \r\n into \n
+    assert head.startswith("HTTP/1.1 202")
+    run_id = json.loads(body)["run_id"]
+    assert f"location: /runs/{run_id}" in head.lower()
+    phases = []
+    with httpx.stream("GET", f"{sandbox.url}/runs/{run_id}/events", timeout=httpx.Timeout(30, read=120)) as r:
+        assert r.headers["content-type"].startswith("text/event-stream")
+        for line in r.iter_lines():
+            if line.startswith("data:"):
+                phases.append(json.loads(line[5:])["phase"])
+    assert phases[0] == "stop"
+    assert phases[-1] == "active"
+    assert {"teardown", "start", "loading", "probing"} <= set(phases)
+    status = inside(sandbox, "systemctl", "status", "--no-pager", "k25-ctl.service").stdout
+    assert 'Status: "active: sglang-eagle3 (ready' in status
+
+
+def test_metrics_parse_with_prometheus_client(api: Api, sandbox: SandboxInfo) -> None:
+    text = httpx.get(f"{sandbox.url}/metrics", timeout=10).text
+    samples = {(s.name, tuple(sorted(s.labels.items()))): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
+    active = api.status()["active_profile"]
+    assert samples[("k25_host_state", (("state", "active"),))] == 1.0
+    assert samples[("k25_active_profile", (("profile", active),))] == 1.0
+    assert samples[("k25_load_seconds", (("profile", active),))] > 0
+    assert ("k25_gpu_memory_used_mib", (("gpu", "0"),)) in samples
+    assert any(name == "k25_runs_total" for name, _ in samples)
+
+
+def _cli(sandbox: SandboxInfo, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"K25_CONFIG": sandbox.config, "PATH": "/usr/bin:/bin"}
+    return subprocess.run([K25, *args], capture_output=True, text=True, timeout=180, env=env)
+
+
+def test_cli_activate_wait_and_exit_codes(api: Api, sandbox: SandboxInfo) -> None:
+    r = _cli(sandbox, "activate", "vllm-eagle3", "--wait", "--force")
+    assert r.returncode == 0, r.stdout + r.stderr
+    for phase in ("stop", "teardown", "start", "loading", "probing", "active"):
+        assert phase in r.stdout
+    assert "100%" in r.stdout
+    r = _cli(sandbox, "activate", "crashy", "--wait")
+    assert r.returncode == 3, r.stdout + r.stderr
+    assert "failed" in r.stdout
+    api.wait_until(lambda: api.status()["state"] == "active", what="rollback after the failed switch")
+    status = json.loads(_cli(sandbox, "status", "--json").stdout)
+    assert status["active_profile"] == "vllm-eagle3"
+    started = _cli(sandbox, "activate", "slow", "--json")
+    assert started.returncode == 0
+    run_id = json.loads(started.stdout)["run_id"]
+    busy = _cli(sandbox, "activate", "baseline")
+    assert busy.returncode == 4
+    assert f"run {run_id}" in busy.stderr
+    assert _cli(sandbox, "cancel", str(run_id)).returncode == 0
+    api.wait_run(run_id)
+    assert _cli(sandbox, "activate", "no-such-profile").returncode == 2
+    runs = json.loads(_cli(sandbox, "runs", "--json", "--limit", "3").stdout)
+    assert runs[0]["id"] >= run_id
+    shown = _cli(sandbox, "run", str(run_id))
+    assert shown.returncode == 3  # a cancelled run
+    assert "cancelled" in shown.stdout
+    plan = _cli(sandbox, "teardown", "--dry-run")
+    assert plan.returncode == 0
+    assert "victims" in plan.stdout
+    api.wait_until(lambda: api.status()["state"] == "active", what="rollback after the cancel")
