@@ -90,3 +90,10 @@ def probe(info: sbx.SandboxInfo, scenario: str, *args: str) -> Any:
     r = inside(info, sys.executable, "-m", "tests.system.probe", scenario, *args)
     assert r.returncode == 0, f"probe {scenario} failed:\n{r.stderr[-4000:]}"
     return json.loads(r.stdout.strip().splitlines()[-1])
+
+
+def stop_engines(info: sbx.SandboxInfo) -> None:
+    """Stop every engine unit behind the daemon's back: for tests that drive units directly."""
+    r = inside(info, "systemctl", "stop", "k25-engine@*.service", "vllm-kimi-k25-int4.service")
+    assert r.returncode == 0, r.stderr
+    inside(info, "systemctl", "reset-failed")

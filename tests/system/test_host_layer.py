@@ -2,8 +2,16 @@
 
 from __future__ import annotations
 
+import pytest
+
 from daemon.sandbox.sandbox import SandboxInfo
-from tests.sandboxing import inside, probe
+from tests.sandboxing import inside, probe, stop_engines
+
+
+@pytest.fixture(autouse=True)
+def _no_engine_running(sandbox: SandboxInfo) -> None:
+    """These tests start units directly: whatever an earlier test left running is stopped first."""
+    stop_engines(sandbox)
 
 
 def test_start_restart_stop_return_job_results(sandbox: SandboxInfo) -> None:

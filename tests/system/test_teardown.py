@@ -5,8 +5,16 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 from daemon.sandbox.sandbox import SandboxInfo
-from tests.sandboxing import inside, probe
+from tests.sandboxing import inside, probe, stop_engines
+
+
+@pytest.fixture(autouse=True)
+def _no_engine_running(sandbox: SandboxInfo) -> None:
+    """These tests start units directly: whatever an earlier test left running is stopped first."""
+    stop_engines(sandbox)
 
 
 def test_teardown_in_the_sandbox(sandbox: SandboxInfo) -> None:
