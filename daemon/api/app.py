@@ -7,6 +7,7 @@ import asyncio
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 from fastapi import FastAPI, Request
 from fastapi.responses import JSONResponse, Response
@@ -15,7 +16,8 @@ from daemon.api import routes
 from daemon.api.auth import load_token
 from daemon.controller import Controller
 from daemon.errors import K25Error
-from daemon.host.journal import JournalctlJournal
+from daemon.host.gpu import GpuView
+from daemon.host.journal import JournalctlJournal, JournalPort
 from daemon.host.notify import sd_notify
 from daemon.host.systemd import SdbusSystemd, SystemdPort, open_system_bus
 from daemon.hoststate import HostStatus, StateHub, describe
@@ -24,6 +26,7 @@ from daemon.readiness import Prober
 from daemon.settings import Settings
 from daemon.store.queries import Store
 from daemon.switch import Switcher
+from daemon.teardown_exec import Teardown
 from daemon.wiring import build_gpus, build_teardown
 
 
@@ -43,23 +46,43 @@ async def _notify_status(hub: StateHub) -> None:
             sd_notify("WATCHDOG=1")
 
 
-def create_app(settings: Settings, *, systemd: SystemdPort | None = None) -> FastAPI:
+@dataclass
+class HostPorts:
+    """What the daemon uses of the machine; tests hand in fakes, `real_ports` builds the real ones."""
+
+    systemd: SystemdPort
+    journal: JournalPort
+    gpus: GpuView
+    teardown: Teardown
+    prober: Prober
+
+
+def real_ports(settings: Settings) -> HostPorts:
+    gpus = build_gpus(settings)
+    return HostPorts(
+        systemd=SdbusSystemd(open_system_bus()),  # one bus for the process, opened in the lifespan
+        journal=JournalctlJournal(settings.journal_command),
+        gpus=gpus,
+        teardown=build_teardown(settings, gpus),
+        prober=Prober(),
+    )
+
+
+def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real_ports) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.token = load_token(settings.token_path)
         app.state.reads_require_token = settings.reads_require_token
         store = await asyncio.to_thread(Store.open, settings.database_path)
-        bus_systemd = systemd or SdbusSystemd(open_system_bus())
-        gpus = build_gpus(settings)
-        inventory = Inventory(settings, bus_systemd, gpus)
+        host = ports(settings)
+        inventory = Inventory(settings, host.systemd, host.gpus)
         await inventory.reload_profiles()
         hub = StateHub()
-        teardown = build_teardown(settings, gpus)
-        prober = Prober()
+        teardown, prober = host.teardown, host.prober
         switcher = Switcher(
             profiles=lambda: inventory.profiles,
-            systemd=bus_systemd,
-            journal=JournalctlJournal(settings.journal_command),
+            systemd=host.systemd,
+            journal=host.journal,
             teardown=teardown,
             store=store,
             prober=prober,

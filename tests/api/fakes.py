@@ -1,0 +1,182 @@
+"""Fake host ports for API tests: units that start at once and print a scripted load, an engine whose
+probe can be held open (to keep a switch busy) or made to fail."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import replace
+
+from daemon.errors import UnitNotFound
+from daemon.host.gpu import NoGpus
+from daemon.host.journal import JournalRecord
+from daemon.host.procs import ProcInfo
+from daemon.host.shm import ShmEntry
+from daemon.host.signals import PidfdControl
+from daemon.host.systemd import JobOutcome, UnitState
+from daemon.profiles import Profile
+from daemon.readiness import ProbeFailed
+from daemon.teardown import TeardownPolicy
+from daemon.teardown_exec import Teardown
+
+LOAD = [f"Loading safetensors checkpoint shards: {p:3d}% Completed | {n}/4 [00:01<00:01, 1.00it/s]"
+        for p, n in ((0, 0), (25, 1), (50, 2), (75, 3), (100, 4))]  # fmt: skip
+READY = "INFO:     Application startup complete."
+
+
+class FakeJournal:
+    def __init__(self) -> None:
+        self.lines: dict[str, list[str]] = {}
+        self.queues: dict[str, list[asyncio.Queue[str]]] = {}
+
+    def log(self, unit: str, line: str) -> None:
+        self.lines.setdefault(unit, []).append(line)
+        for q in self.queues.get(unit, []):
+            q.put_nowait(line)
+
+    @asynccontextmanager
+    async def follow(
+        self, unit: str, *, after_cursor: str | None = None
+    ) -> AsyncIterator[AsyncIterator[JournalRecord]]:
+        q: asyncio.Queue[str] = asyncio.Queue()
+        self.queues.setdefault(unit, []).append(q)
+
+        async def records() -> AsyncIterator[JournalRecord]:
+            while True:
+                yield JournalRecord(unit, await q.get(), 1, 6, 0.0, "c")
+
+        try:
+            yield records()
+        finally:
+            self.queues[unit].remove(q)
+
+    async def tail(self, unit: str, lines: int) -> list[JournalRecord]:
+        return [JournalRecord(unit, m, 1, 6, 0.0, "c") for m in self.lines.get(unit, [])[-lines:]]
+
+    async def cursor(self) -> str | None:
+        return "c"
+
+
+class FakeSystemd:
+    def __init__(self, journal: FakeJournal, known: set[str]) -> None:
+        self.journal, self.known = journal, known
+        self.states: dict[str, UnitState] = {}
+        self.watchers: dict[str, list[asyncio.Queue[UnitState]]] = {}
+        self.crash: set[str] = set()
+
+    def _set(self, unit: str, active: str, sub: str, result: str = "success") -> UnitState:
+        st = UnitState(
+            unit,
+            "loaded",
+            active,
+            sub,
+            result,
+            100 if active == "active" else 0,
+            f"/system.slice/{unit}",
+            0,
+            0,
+        )
+        self.states[unit] = st
+        for q in self.watchers.get(unit, []):
+            q.put_nowait(st)
+        return st
+
+    async def state(self, unit: str) -> UnitState:
+        if unit not in self.known:
+            raise UnitNotFound(f"unit {unit} not found")
+        return self.states.get(unit) or UnitState(unit, "loaded", "inactive", "dead", "success", 0, "", 0, 0)
+
+    async def start(self, unit: str, *, within_s: float) -> JobOutcome:
+        st = self._set(unit, "active", "running")
+        for line in LOAD:
+            self.journal.log(unit, line)
+        if unit in self.crash:
+            self.journal.log(unit, "torch.OutOfMemoryError: CUDA out of memory.")
+            self._set(unit, "failed", "failed", "exit-code")
+        else:
+            self.journal.log(unit, READY)
+        return JobOutcome(unit, "start", "done", st, 0.01)
+
+    async def stop(self, unit: str, *, within_s: float) -> JobOutcome:
+        return JobOutcome(unit, "stop", "done", self._set(unit, "inactive", "dead"), 0.01)
+
+    async def restart(self, unit: str, *, within_s: float) -> JobOutcome:
+        await self.stop(unit, within_s=within_s)
+        return await self.start(unit, within_s=within_s)
+
+    async def reset_failed(self, unit: str) -> None:
+        if unit in self.states and self.states[unit].active_state == "failed":
+            self.states[unit] = replace(self.states[unit], active_state="inactive", sub_state="dead")
+
+    @asynccontextmanager
+    async def watch(self, unit: str) -> AsyncIterator[AsyncIterator[UnitState]]:
+        q: asyncio.Queue[UnitState] = asyncio.Queue()
+        self.watchers.setdefault(unit, []).append(q)
+
+        async def states() -> AsyncIterator[UnitState]:
+            yield await self.state(unit)
+            while True:
+                yield await q.get()
+
+        try:
+            yield states()
+        finally:
+            self.watchers[unit].remove(q)
+
+
+class FakeProber:
+    """Healthy once its unit is active; `gate` holds the probe open, `broken` makes it fail."""
+
+    def __init__(self, systemd: FakeSystemd) -> None:
+        self.systemd = systemd
+        self.gate = asyncio.Event()
+        self.gate.set()
+        self.broken: set[str] = set()
+
+    async def health(self, profile: Profile) -> int | None:
+        st = self.systemd.states.get(profile.unit)
+        return 200 if st is not None and st.active_state == "active" else None
+
+    async def generate(self, profile: Profile) -> int:
+        await self.gate.wait()
+        if profile.name in self.broken:
+            raise ProbeFailed("probe completion answered HTTP 500")
+        return 1
+
+    async def aclose(self) -> None:
+        return None
+
+
+class NoProcs:
+    def snapshot(
+        self, device_glob: str, shm_glob: str | None = None, *, with_fds: bool = True
+    ) -> list[ProcInfo]:
+        return []
+
+    def cgroup_pids(self, control_group: str) -> list[int]:
+        return []
+
+    def alive(self, pid: int) -> bool:
+        return False
+
+
+class NoShm:
+    from pathlib import Path
+
+    directory = Path("/nonexistent-shm")
+
+    def entries(self, holders: object = None) -> list[ShmEntry]:
+        return []
+
+    def users(self) -> dict[str, set[int]]:
+        return {}
+
+    def remove(self, entry: ShmEntry, holders: object = None) -> str | None:
+        return "fake"
+
+
+def fake_teardown() -> Teardown:
+    policy = TeardownPolicy("/dev/nvidia*", ("VLLM::*",), ("psm_*",), ())
+    return Teardown(NoProcs(), NoGpus(), NoShm(), PidfdControl(), policy, term_grace_s=1, kill_grace_s=1,
+                    verify_timeout_s=1, verify_samples=1, slack_mib=0)  # fmt: skip

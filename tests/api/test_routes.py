@@ -1,0 +1,173 @@
+"""Every route: status codes, auth, busy, unknown, bad input, no-op (httpx ASGI transport, real SQLite)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from daemon.api.app import HostPorts, create_app
+from daemon.errors import K25Error
+from daemon.host.gpu import NoGpus
+from tests.api.conftest import Env, make_settings
+from tests.api.fakes import FakeJournal, FakeProber, FakeSystemd, fake_teardown
+
+
+async def _wait(env: Env, run_id: int) -> dict:
+    for _ in range(500):
+        run = (await env.client.get(f"/runs/{run_id}")).json()
+        if run["outcome"] != "running":
+            return run
+        await asyncio.sleep(0.01)
+    raise AssertionError("run did not end")
+
+
+async def test_reads(env: Env) -> None:
+    c = env.client
+    assert (await c.get("/healthz")).json() == {"status": "ok"}
+    st = (await c.get("/status")).json()
+    assert st["state"] == "idle"
+    assert st["gpus"] == []
+    profiles = (await c.get("/profiles")).json()
+    names = {p["name"]: p for p in profiles}
+    assert names["baseline"]["default"] is True
+    assert names["alpha"]["argv"][:2] == ["vllm", "serve"]
+    assert names["broken"]["valid"] is False
+    assert "'model'" in names["broken"]["error"]
+    assert (await c.get("/profiles/alpha")).json()["unit"] == "k25-engine@alpha.service"
+    assert (await c.get("/profiles/nope")).status_code == 404
+    assert (await c.get("/runs")).json() == []
+    assert (await c.get("/runs/999")).status_code == 404
+    assert (await c.get("/teardown/plan")).json()["victims"] == []
+    assert "text/html" in (await c.get("/")).headers["content-type"]
+    assert (await c.get("/docs")).status_code == 200
+
+
+async def test_bad_input_is_422_and_413(env: Env) -> None:
+    c = env.client
+    assert (await c.get("/runs", params={"limit": 0})).status_code == 422
+    assert (await c.get("/runs", params={"limit": "many"})).status_code == 422
+    assert (await c.get("/runs/abc")).status_code == 422
+    r = await c.post("/profiles/alpha/activate", params={"force": "perhaps"}, headers=env.auth)
+    assert r.status_code == 422
+    big = await c.post("/profiles/alpha/activate", content=b"x" * 70_000, headers=env.auth)
+    assert big.status_code == 413
+    assert "detail" in big.json()
+
+
+async def test_writes_need_the_token(env: Env) -> None:
+    c = env.client
+    for path in ("/profiles/alpha/activate", "/restore", "/runs/1/cancel", "/teardown"):
+        r = await c.post(path)
+        assert r.status_code == 401, path
+        assert "bearer token" in r.json()["detail"]
+    assert (await c.post("/restore", headers={"Authorization": "Bearer wrong"})).status_code == 401
+    assert (await c.post("/profiles/alpha/activate", headers={"Authorization": "Basic x"})).status_code == 401
+
+
+async def test_activate_202_location_then_noop(env: Env) -> None:
+    c = env.client
+    r = await c.post("/profiles/alpha/activate", headers=env.auth)
+    assert r.status_code == 202
+    run_id = r.json()["run_id"]
+    assert r.headers["location"] == f"/runs/{run_id}"
+    run = await _wait(env, run_id)
+    assert run["outcome"] == "active"
+    assert [e["detail"] for e in run["events"] if e["phase"] == "loading"][1:6] == [
+        "0% (0/4)", "25% (1/4)", "50% (2/4)", "75% (3/4)", "100% (4/4)"]  # fmt: skip
+    again = await c.post("/profiles/alpha/activate", headers=env.auth)
+    assert (again.status_code, again.json()["run_id"]) == (200, None)
+    forced = await c.post("/profiles/alpha/activate", params={"force": True, "wait": True}, headers=env.auth)
+    assert forced.status_code == 200
+    assert forced.json()["outcome"] == "active"
+    assert (await c.post("/profiles/nope/activate", headers=env.auth)).status_code == 404
+    st = (await c.get("/status")).json()
+    assert (st["state"], st["active_profile"]) == ("active", "alpha")
+
+
+async def test_busy_is_409_naming_the_run_and_cancel(env: Env) -> None:
+    c = env.client
+    env.prober.gate.clear()  # the switch stays in probing
+    run_id = (await c.post("/profiles/beta/activate", headers=env.auth)).json()["run_id"]
+    busy = await c.post("/profiles/alpha/activate", headers=env.auth)
+    assert busy.status_code == 409
+    assert f"run {run_id}" in busy.json()["detail"]
+    assert (await c.post("/teardown", headers=env.auth)).status_code == 409
+    assert (await c.post("/runs/999/cancel", headers=env.auth)).status_code == 422
+    r = await c.post(f"/runs/{run_id}/cancel", headers=env.auth)
+    assert r.status_code == 202
+    run = await _wait(env, run_id)
+    assert run["outcome"] == "cancelled"
+    env.prober.gate.set()
+
+
+async def test_failure_rolls_back_to_the_default(env: Env) -> None:
+    c = env.client
+    env.systemd.crash.add("k25-engine@beta.service")
+    run = (await c.post("/profiles/beta/activate", params={"wait": True}, headers=env.auth)).json()
+    assert run["outcome"] == "failed"
+    assert "CUDA out of memory" in run["error"]
+    for _ in range(500):
+        st = (await c.get("/status")).json()
+        if st["state"] != "switching":
+            break
+        await asyncio.sleep(0.01)
+    assert (st["state"], st["active_profile"]) == ("active", "baseline")
+    runs = (await c.get("/runs")).json()
+    assert [(r["kind"], r["parent_id"]) for r in runs][:1] == [("rollback", run["id"])]
+    assert (await c.get("/runs", params={"profile": "beta"})).json()[0]["id"] == run["id"]
+
+
+async def test_restore_run_events_sse_and_metrics(env: Env) -> None:
+    c = env.client
+    r = await c.post("/restore", headers=env.auth)
+    assert r.status_code == 202
+    run_id = r.json()["run_id"]
+    sse = await c.get(f"/runs/{run_id}/events")  # ends with the run
+    assert sse.headers["content-type"].startswith("text/event-stream")
+    events = [json.loads(line[5:]) for line in sse.text.splitlines() if line.startswith("data:")]
+    assert events[-1]["phase"] == "active"
+    assert "event: loading" in sse.text
+    assert (await c.get("/runs/999/events")).status_code == 404
+    text = (await c.get("/metrics")).text
+    names = {s.name for f in text_string_to_metric_families(text) for s in f.samples}
+    assert {"k25_host_state", "k25_active_profile", "k25_runs_total", "k25_load_seconds"} <= names
+
+
+async def test_maintenance_teardown_when_idle(env: Env) -> None:
+    r = await env.client.post("/teardown", headers=env.auth)
+    assert r.status_code == 200
+    assert r.json()["report"]["ok"] is True
+
+
+async def test_reads_can_require_the_token(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, reads_require_token=True)
+    journal = FakeJournal()
+    systemd = FakeSystemd(journal, set())
+    ports = HostPorts(systemd=systemd, journal=journal, gpus=NoGpus(), teardown=fake_teardown(),  # type: ignore[arg-type]
+                      prober=FakeProber(systemd))  # type: ignore[arg-type]  # fmt: skip
+    app = create_app(settings, lambda _: ports)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://k25") as c:
+            assert (await c.get("/status")).status_code == 401
+            assert (
+                await c.get("/status", headers={"Authorization": "Bearer s3cret-token"})
+            ).status_code == 200
+            assert (await c.get("/healthz")).status_code == 200
+
+
+@pytest.mark.parametrize("mode", [None, 0o644])
+async def test_token_file_missing_or_open_is_a_startup_error(tmp_path: Path, mode: int | None) -> None:
+    settings = make_settings(tmp_path)
+    if mode is None:
+        (tmp_path / "token").unlink()
+    else:
+        (tmp_path / "token").chmod(mode)
+    app = create_app(settings, lambda _: pytest.fail("ports must not be built"))
+    with pytest.raises(K25Error, match="token file"):
+        async with app.router.lifespan_context(app):
+            pass
