@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -10,7 +11,16 @@ from alembic.config import Config
 from sqlalchemy import Engine, event
 from sqlmodel import create_engine
 
-MIGRATIONS = Path(__file__).resolve().parents[2] / "migrations"
+
+def migrations_dir() -> Path:
+    """The source tree's migrations/, or the copy an installed package carries under its prefix."""
+    for candidate in (
+        Path(__file__).resolve().parents[2] / "migrations",
+        Path(sys.prefix) / "share/k25-ctl/migrations",
+    ):
+        if (candidate / "env.py").is_file():
+            return candidate
+    raise FileNotFoundError("the Alembic migrations folder is missing from this installation")
 
 
 def make_engine(path: Path) -> Engine:
@@ -30,7 +40,7 @@ def make_engine(path: Path) -> Engine:
 
 def alembic_config(path: Path) -> Config:
     cfg = Config()
-    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.set_main_option("script_location", str(migrations_dir()))
     cfg.set_main_option("sqlalchemy.url", f"sqlite:///{path}")
     return cfg
 
