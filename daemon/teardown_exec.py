@@ -16,7 +16,7 @@ from daemon.errors import Refused
 from daemon.host.gpu import GpuView
 from daemon.host.procs import ProcessView
 from daemon.host.shm import ShmView
-from daemon.host.signals import ProcessControl
+from daemon.host.signals import ProcessControl, ProcHandle
 from daemon.teardown import Snapshot, TeardownPlan, TeardownPolicy, Victim, plan, plan_shm
 
 
@@ -91,22 +91,23 @@ async def execute(
             outcomes[v.pid].outcome = "gone before the signal"
         else:
             handles.append(h)
+
+    async def signal_and_wait(targets: list[ProcHandle], sig: signal.Signals, within_s: float) -> set[int]:
+        for h in targets:
+            if control.send(h, sig):
+                outcomes[h.pid].signals.append(sig.name)
+        return await control.wait_exits(targets, within_s)
+
     try:
         began = time.monotonic()
-        for h in handles:
-            if control.send(h, signal.SIGTERM):
-                outcomes[h.pid].signals.append("SIGTERM")
-        exited = await control.wait_exits(handles, term_grace_s)
+        exited = await signal_and_wait(handles, signal.SIGTERM, term_grace_s)
         for pid in exited:
             outcomes[pid].outcome = "exited after SIGTERM"
         report.steps["sigterm_s"] = time.monotonic() - began
         rest = [h for h in handles if h.pid not in exited]
         if rest:
             began = time.monotonic()
-            for h in rest:
-                if control.send(h, signal.SIGKILL):
-                    outcomes[h.pid].signals.append("SIGKILL")
-            killed = await control.wait_exits(rest, kill_grace_s)
+            killed = await signal_and_wait(rest, signal.SIGKILL, kill_grace_s)
             for h in rest:
                 o = outcomes[h.pid]
                 if h.pid in killed:

@@ -8,7 +8,8 @@ import os
 import subprocess
 import sys
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -37,8 +38,17 @@ while True:
 """
 
 
+@dataclass
+class World:
+    tag: str
+    dev: Path
+    shm: Path
+    tmp: Path
+    start: Callable[..., subprocess.Popen[str]]
+
+
 @pytest.fixture
-def world(tmp_path: Path) -> Iterator[dict[str, object]]:
+def world(tmp_path: Path) -> Iterator[World]:
     tag = f"k25test-{uuid.uuid4().hex[:8]}"
     dev, shm = tmp_path / "dev", tmp_path / "shm"
     dev.mkdir()
@@ -59,18 +69,15 @@ def world(tmp_path: Path) -> Iterator[dict[str, object]]:
         assert c.stdout.readline().strip() == "ready"
         return c
 
-    yield {"tag": tag, "dev": dev, "shm": shm, "tmp": tmp_path, "start": start}
+    yield World(tag, dev, shm, tmp_path, start)
     for c in children:
         if c.poll() is None:
             c.kill()
         c.wait()
 
 
-async def test_teardown_sigterm_sigkill_shm_and_verify(world: dict[str, object]) -> None:
-    tag, dev, shm, start = world["tag"], world["dev"], world["shm"], world["start"]
-    assert isinstance(dev, Path)
-    assert isinstance(shm, Path)
-    assert callable(start)
+async def test_teardown_sigterm_sigkill_shm_and_verify(world: World) -> None:
+    tag, dev, shm, start = world.tag, world.dev, world.shm, world.start
     polite = start(f"{tag}::Worker_TP0", str(dev / "nvidia0"))
     stubborn = start(f"{tag}::Worker_TP1", str(dev / "nvidia1"), ignore=True)
     bystander = start("python3 bystander", hold=str(shm / "PostgreSQL.1234"))
@@ -101,7 +108,7 @@ async def test_teardown_sigterm_sigkill_shm_and_verify(world: dict[str, object])
     assert kept["PostgreSQL.1234"] == "not an engine file"
     assert kept["psm_link"] == "not a regular file (never followed)"
     assert (shm / "PostgreSQL.1234").exists()
-    assert (world["tmp"] / "precious").read_text() == "keep me"  # type: ignore[operator]
+    assert (world.tmp / "precious").read_text() == "keep me"
     assert report.verify is not None
     assert report.verify.ok
     assert report.ok
@@ -109,15 +116,12 @@ async def test_teardown_sigterm_sigkill_shm_and_verify(world: dict[str, object])
     assert os.getpid() not in by_pid
 
 
-async def test_refuse_policy_raises_and_touches_nothing(world: dict[str, object]) -> None:
+async def test_refuse_policy_raises_and_touches_nothing(world: World) -> None:
     from dataclasses import replace
 
     from daemon.errors import Refused
 
-    tag, dev, shm, start = world["tag"], world["dev"], world["shm"], world["start"]
-    assert isinstance(dev, Path)
-    assert isinstance(shm, Path)
-    assert callable(start)
+    tag, dev, shm, start = world.tag, world.dev, world.shm, world.start
     holder = start(f"{tag}::Worker_TP0", str(dev / "nvidia0"))
     procs = ProcfsProcesses()
     glob = f"{dev}/nvidia*"
