@@ -87,3 +87,20 @@ def test_cli_activate_wait_and_exit_codes(api: Api, sandbox: SandboxInfo) -> Non
     assert plan.returncode == 0
     assert "victims" in plan.stdout
     api.wait_until(lambda: api.status()["state"] == "active", what="rollback after the cancel")
+
+
+def test_daemon_restart_leaves_the_engine_serving(api: Api, sandbox: SandboxInfo) -> None:
+    api.activate("baseline")
+    engine_pid = inside(
+        sandbox, "systemctl", "show", "-p", "MainPID", "--value", "vllm-kimi-k25-int4.service"
+    ).stdout
+    r = inside(
+        sandbox, "systemctl", "restart", "k25-ctl.service"
+    )  # SIGTERM, then a fresh daemon (Type=notify)
+    assert r.returncode == 0, r.stderr
+    after = inside(
+        sandbox, "systemctl", "show", "-p", "MainPID", "--value", "vllm-kimi-k25-int4.service"
+    ).stdout
+    assert after == engine_pid
+    status = api.status()
+    assert (status["state"], status["active_profile"]) == ("active", "baseline")
