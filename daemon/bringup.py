@@ -56,6 +56,7 @@ async def bring_up(
     ignore = ignore_patterns(profile)
     seen = BringUp()
     http_up = asyncio.Event()
+    start_done = asyncio.Event()  # down states before the start job ended are the previous run's
     began = time.monotonic()
 
     async with journal.follow(profile.unit) as records, systemd.watch(profile.unit) as states:
@@ -75,10 +76,8 @@ async def bring_up(
                     seen.errors = [*seen.errors[-19:], ev.line]
 
         async def watch_unit() -> UnitState:
-            started = False
             async for st in states:
-                started = started or st.active_state in ("activating", "active")
-                if started and st.is_down:
+                if start_done.is_set() and st.is_down:
                     return st
             raise BringUpFailed("the unit's state stream ended", seen.errors)
 
@@ -94,9 +93,17 @@ async def bring_up(
         try:
             await on_phase("start", profile.unit)
             outcome = await systemd.start(profile.unit, within_s=start_timeout_s)
+            start_done.set()
             if not outcome.ok:
                 raise BringUpFailed(
                     f"systemd could not start {profile.unit}: job {outcome.job_result}", seen.errors
+                )
+            now = await systemd.state(profile.unit)
+            if now.is_down:  # it died before the stream could tell: a crash right at exec
+                raise BringUpFailed(
+                    f"{profile.unit} exited right after its start ({now.result}, "
+                    f"status {now.exec_main_status})",
+                    seen.errors,
                 )
             await on_phase("loading", f"{profile.unit} started (main PID {outcome.state.main_pid})")
             await _first(http_up.wait(), unit_down, profile.load_timeout_s, "loading", profile, seen)

@@ -52,6 +52,7 @@ class Switcher:
         self._task: asyncio.Task[None] | None = None
         self._run_id: int | None = None
         self._rolling_back = False
+        self._admission = asyncio.Lock()
 
     # -- requests -------------------------------------------------------------------------------------
 
@@ -64,18 +65,19 @@ class Switcher:
     async def activate(self, name: str, *, force: bool = False) -> int | None:
         """Start a switch; returns its run id, or None when `name` is already active and healthy."""
         lp = self._profile(name)
-        if self._task is not None:
-            raise Busy(f"run {self._run_id} (switch to {self.hub.status.target_profile}) is in progress")
-        if self.hub.status.state is HostState.NEEDS_RESET:
-            raise Refused(f"the host needs a GPU reset or reboot: {self.hub.status.reason}")
-        st = self.hub.status
-        if not force and st.state is HostState.ACTIVE and st.active_profile == name:
-            if (await self.systemd.state(lp.profile.unit)).is_active:
-                return None
-        run_id = await self._new_run("switch", lp, from_profile=st.active_profile)
-        self._run_id = run_id
-        self._task = asyncio.create_task(self._transaction(run_id, lp, st.active_profile))
-        return run_id
+        async with self._admission:  # check and claim in one step: two requests never both get through
+            if self._task is not None:
+                raise Busy(f"run {self._run_id} (switch to {self.hub.status.target_profile}) is in progress")
+            if self.hub.status.state is HostState.NEEDS_RESET:
+                raise Refused(f"the host needs a GPU reset or reboot: {self.hub.status.reason}")
+            st = self.hub.status
+            if not force and st.state is HostState.ACTIVE and st.active_profile == name:
+                if (await self.systemd.state(lp.profile.unit)).is_active:
+                    return None
+            run_id = await self._new_run("switch", lp, from_profile=st.active_profile)
+            self._run_id = run_id
+            self._task = asyncio.create_task(self._transaction(run_id, lp, st.active_profile))
+            return run_id
 
     async def wait(self, run_id: int) -> None:
         """Until the run (and any rollback it started) has ended."""
