@@ -171,3 +171,16 @@ async def test_token_file_missing_or_open_is_a_startup_error(tmp_path: Path, mod
     with pytest.raises(K25Error, match="token file"):
         async with app.router.lifespan_context(app):
             pass
+
+
+async def test_two_requests_at_once_start_one_switch(env: Env) -> None:
+    env.prober.gate.clear()
+    a, b = await asyncio.gather(
+        env.client.post("/profiles/alpha/activate", headers=env.auth),
+        env.client.post("/profiles/beta/activate", headers=env.auth),
+    )
+    assert sorted((a.status_code, b.status_code)) == [202, 409]
+    env.prober.gate.set()
+    accepted = a if a.status_code == 202 else b
+    assert (await _wait(env, accepted.json()["run_id"]))["outcome"] == "active"
+    assert len((await env.client.get("/runs")).json()) == 1
