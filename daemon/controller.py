@@ -59,9 +59,7 @@ class Controller:
         }
 
     async def profiles(self) -> list[dict[str, Any]]:
-        units = await self.inventory.unit_states()
-        out = self.inventory.profile_list(units)
-        return out
+        return self.inventory.profile_list(await self.inventory.unit_states())
 
     async def profile(self, name: str) -> dict[str, Any]:
         for p in await self.profiles():

@@ -158,9 +158,10 @@ class Switcher:
             self._task, self._run_id, self._rolling_back = None, None, False
 
     def _rollback_target(self, failed: str, previous: str | None) -> LoadedProfile | None:
+        profiles = self._profiles()
         for name in (previous, self.store.last_good_profile(), self.default_profile):
-            if name and name != failed and self._profiles().get(name) is not None:
-                return self._profiles().get(name)
+            if name and name != failed and (lp := profiles.get(name)) is not None:
+                return lp
         return None
 
     async def _rollback(self, parent: int, lp: LoadedProfile, failure: SwitchFailed) -> None:

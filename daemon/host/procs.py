@@ -11,8 +11,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import psutil
-
 PROC = Path("/proc")
 CGROUP_ROOTS = (Path("/sys/fs/cgroup/systemd"), Path("/sys/fs/cgroup/unified"), Path("/sys/fs/cgroup"))
 
@@ -39,7 +37,6 @@ class ProcessView(Protocol):
         self, device_glob: str, shm_glob: str | None = None, *, with_fds: bool = True
     ) -> list[ProcInfo]: ...
     def cgroup_pids(self, control_group: str) -> list[int]: ...
-    def alive(self, pid: int) -> bool: ...
 
 
 def _read(path: Path) -> str:
@@ -71,10 +68,6 @@ def mapped_matching(maps_text: str, pattern: str) -> tuple[str, ...]:
             if fnmatch.fnmatchcase(path, pattern) and path not in found:
                 found.append(path)
     return tuple(found)
-
-
-def open_matching(pid: int, pattern: str) -> tuple[str, ...]:
-    return open_matching_any(pid, (pattern,))[0]
 
 
 def open_matching_any(pid: int, patterns: tuple[str, ...]) -> list[tuple[str, ...]]:
@@ -123,6 +116,33 @@ def parse_stat(raw: bytes) -> tuple[str, str, int, float] | None:
     return comm, fields[0].decode(), int(fields[1]), int(fields[19]) / CLOCK_TICKS
 
 
+def files_matching(
+    pid: int, patterns: tuple[str, ...], prefixes: tuple[bytes, ...], *, with_fds: bool = True
+) -> tuple[list[tuple[str, ...]], list[tuple[str, ...]]]:
+    """For each pattern: the files the process has open (if `with_fds`) and those it maps that match it.
+    /proc/PID/maps is parsed only when one of the globs' literal prefixes occurs in it."""
+    raw = _read_bytes(f"/proc/{pid}/maps")
+    text = raw.decode(errors="replace") if any(pre in raw for pre in prefixes) else ""
+    mapped = [
+        mapped_matching(text, pat) if pre in raw else () for pat, pre in zip(patterns, prefixes, strict=True)
+    ]
+    nothing: list[tuple[str, ...]] = [() for _ in patterns]
+    return (open_matching_any(pid, patterns) if with_fds else nothing), mapped
+
+
+def holders_of(pattern: str) -> dict[str, set[int]]:
+    """Path -> PIDs that have a file matching `pattern` open or mapped, over every live process."""
+    held: dict[str, set[int]] = {}
+    prefixes = (glob_prefix(pattern),)
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            pid = int(entry.name)
+            opened, mapped = files_matching(pid, (pattern,), prefixes)
+            for path in (*opened[0], *mapped[0]):
+                held.setdefault(path, set()).add(pid)
+    return held
+
+
 def start_time(pid: int) -> float | None:
     parsed = parse_stat(_read_bytes(f"/proc/{pid}/stat"))
     return parsed[3] if parsed else None
@@ -150,12 +170,7 @@ class ProcfsProcesses:
             # setproctitle leaves the rest of the argv area blank: drop the empty tail.
             args = _read_bytes(f"{base}/cmdline").split(b"\0")
             cmdline = tuple(a.decode(errors="replace") for a in args if a.strip())
-            maps = _read_bytes(f"{base}/maps")
-            mapped = [
-                mapped_matching(maps.decode(errors="replace"), pat) if pre in maps else ()
-                for pat, pre in zip(patterns, prefixes, strict=True)
-            ]
-            opened = open_matching_any(pid, patterns) if with_fds else [() for _ in patterns]
+            opened, mapped = files_matching(pid, patterns, prefixes, with_fds=with_fds)
             try:
                 uid = entry.stat().st_uid
             except OSError:
@@ -187,12 +202,6 @@ class ProcfsProcesses:
             if rel and (top / "cgroup.procs").is_file():
                 return sorted(set(_pids_below(top)))
         return []
-
-    def alive(self, pid: int) -> bool:
-        try:
-            return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            return False
 
 
 def _pids_below(top: Path) -> Iterable[int]:

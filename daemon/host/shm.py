@@ -9,9 +9,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-import psutil
-
-from daemon.host.procs import PROC, mapped_matching, open_matching
+from daemon.host.procs import holders_of
 
 
 @dataclass(frozen=True)
@@ -45,16 +43,7 @@ class DevShm:
 
     def users(self) -> dict[str, set[int]]:
         """Path -> PIDs holding it (open fd or mapping), over every live process."""
-        held: dict[str, set[int]] = {}
-        pattern = f"{self._dir}/*"
-        for pid in psutil.pids():
-            try:
-                maps = (PROC / str(pid) / "maps").read_text(errors="replace")
-            except OSError:
-                maps = ""
-            for path in (*open_matching(pid, pattern), *mapped_matching(maps, pattern)):
-                held.setdefault(path, set()).add(pid)
-        return held
+        return holders_of(f"{self._dir}/*")
 
     def entries(self, holders: Mapping[str, set[int]] | None = None) -> list[ShmEntry]:
         """The folder's entries; `holders` (path -> PIDs) when the caller has already scanned processes."""

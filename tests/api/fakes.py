@@ -157,9 +157,6 @@ class NoProcs:
     def cgroup_pids(self, control_group: str) -> list[int]:
         return []
 
-    def alive(self, pid: int) -> bool:
-        return False
-
 
 class NoShm:
     from pathlib import Path

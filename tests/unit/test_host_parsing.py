@@ -72,9 +72,6 @@ class _Procs:
     def cgroup_pids(self, control_group: str) -> list[int]:
         return []
 
-    def alive(self, pid: int) -> bool:
-        return True
-
 
 def test_simulated_gpu_counts_only_live_holders() -> None:
     procs = _Procs([_proc(10, ("/s/dev/nvidia1",)), _proc(11, ("/s/dev/nvidia1",), state="Z")])
