@@ -7,19 +7,21 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from daemon.engines import engine_for
-from daemon.engines.base import LogEvent, LogKind, Readiness, ignore_patterns
+from daemon.engine_client import EnginePort, ProbeFailed, ProbeProgress
+from daemon.engines.base import Engine, LogEvent, LogKind, Readiness, ignore_patterns
 from daemon.errors import K25Error
 from daemon.host.journal import JournalPort
 from daemon.host.systemd import SystemdPort, UnitState
 from daemon.profiles import Profile
-from daemon.readiness import ProbeFailed, Prober
+from daemon.run_types import Phase
 
 HEALTH_RETRY_S = 1.0  # health is asked again this often where no log line announces HTTP (custom engines)
 WARMING_RETRY_S = 0.25  # SGLang answers 503 while it warms up: ask again this often until probe_timeout_s
+ERRORS_KEPT = 20
 
 
 class BringUpFailed(K25Error):
@@ -36,23 +38,26 @@ class BringUp:
     errors: list[str] = field(default_factory=list)
     load_seconds: float | None = None
     last_percent: int | None = None
+    probe: ProbeProgress = field(default_factory=ProbeProgress)
 
 
-OnPhase = Callable[[str, str], Awaitable[None]]
-OnProgress = Callable[[LogEvent], Awaitable[None]]
+class BringUpEvents(Protocol):
+    """Where bring_up reports its steps (the switch records each one as an event of its run)."""
+
+    async def phase(self, phase: Phase, detail: str, *, load_seconds: float | None = None) -> None: ...
+    async def progress(self, ev: LogEvent) -> None: ...
 
 
 async def bring_up(
     profile: Profile,
+    engine: Engine,
     *,
     systemd: SystemdPort,
     journal: JournalPort,
-    prober: Prober,
-    on_phase: OnPhase,
-    on_progress: OnProgress,
+    prober: EnginePort,
+    events: BringUpEvents,
     start_timeout_s: float = 120.0,
 ) -> BringUp:
-    engine = engine_for(profile)
     ignore = ignore_patterns(profile)
     seen = BringUp()
     http_up = asyncio.Event()
@@ -69,11 +74,11 @@ async def bring_up(
                 if ev.kind is LogKind.PROGRESS:
                     if ev.percent != seen.last_percent:
                         seen.last_percent = ev.percent
-                        await on_progress(ev)
+                        await events.progress(ev)
                 elif ev.kind is LogKind.READY:
                     http_up.set()
                 elif ev.kind is LogKind.ERROR:
-                    seen.errors = [*seen.errors[-19:], ev.line]
+                    seen.errors = [*seen.errors[-(ERRORS_KEPT - 1) :], ev.line]
 
         async def watch_unit() -> UnitState:
             async for st in states:
@@ -83,7 +88,7 @@ async def bring_up(
 
         async def ask_health() -> None:
             while not http_up.is_set():
-                if await prober.health(profile) is not None:
+                if await prober.health(profile, engine) is not None:
                     http_up.set()
                     return
                 await asyncio.sleep(HEALTH_RETRY_S)
@@ -91,7 +96,7 @@ async def bring_up(
         tasks = [asyncio.create_task(read_journal()), asyncio.create_task(ask_health())]
         unit_down = asyncio.create_task(watch_unit())
         try:
-            await on_phase("start", profile.unit)
+            await events.phase(Phase.START, profile.unit)
             outcome = await systemd.start(profile.unit, within_s=start_timeout_s)
             start_done.set()
             if not outcome.ok:
@@ -105,12 +110,14 @@ async def bring_up(
                     f"status {now.exec_main_status})",
                     seen.errors,
                 )
-            await on_phase("loading", f"{profile.unit} started (main PID {outcome.state.main_pid})")
-            await _first(http_up.wait(), unit_down, profile.load_timeout_s, "loading", profile, seen)
+            await events.phase(Phase.LOADING, f"{profile.unit} started (main PID {outcome.state.main_pid})")
+            await _first(http_up.wait(), unit_down, profile.load_timeout_s, Phase.LOADING, profile, seen)
             seen.load_seconds = time.monotonic() - began
-            await on_phase("probing", f"HTTP up after {seen.load_seconds:.1f}s")
-            probe = _probe(profile, prober, engine.readiness)
-            await _first(probe, unit_down, profile.probe_timeout_s, "probing", profile, seen)
+            await events.phase(
+                Phase.PROBING, f"HTTP up after {seen.load_seconds:.1f}s", load_seconds=seen.load_seconds
+            )
+            probe = _probe(profile, engine, prober, seen.probe, events)
+            await _first(probe, unit_down, profile.probe_timeout_s, Phase.PROBING, profile, seen)
         finally:
             for t in (*tasks, unit_down):
                 t.cancel()
@@ -120,22 +127,30 @@ async def bring_up(
     return seen
 
 
-async def _probe(profile: Profile, prober: Prober, rule: Callable[[int | None], Readiness]) -> None:
+async def _probe(
+    profile: Profile, engine: Engine, prober: EnginePort, progress: ProbeProgress, events: BringUpEvents
+) -> None:
     while True:
-        state = rule(await prober.health(profile))
+        progress.health = await prober.health(profile, engine)
+        state = engine.readiness(progress.health)
         if state is Readiness.HEALTHY:
             break
         if state is Readiness.DEAD:
-            raise ProbeFailed(f"the engine reports itself dead on {profile.base_url}")
+            raise ProbeFailed(
+                f"the engine reports itself dead on {profile.base_url} (HTTP {progress.health})"
+            )
         await asyncio.sleep(WARMING_RETRY_S)
-    await prober.generate(profile)
+    progress.health_passed = True
+    await events.phase(Phase.PROBING, f"health passed (HTTP {progress.health}); probing a generation")
+    chunks = await prober.generate(profile, engine, progress)
+    await events.phase(Phase.PROBING, f"probe generation finished ({chunks} chunk(s))")
 
 
 async def _first(
     work: Awaitable[object],
     unit_down: asyncio.Task[UnitState],
     within_s: float,
-    phase: str,
+    phase: Phase,
     profile: Profile,
     seen: BringUp,
 ) -> None:
@@ -156,9 +171,11 @@ async def _first(
         )
     if task not in done:
         task.cancel()
-        limit = "load_timeout_s" if phase == "loading" else "probe_timeout_s"
-        what = "HTTP did not come up" if phase == "loading" else "not ready (health or generation hangs)"
-        raise BringUpFailed(f"{profile.unit}: {what} within {limit}={within_s:.0f}s", seen.errors)
+        if phase is Phase.LOADING:
+            what = f"HTTP did not come up within load_timeout_s={within_s:.0f}s"
+        else:
+            what = f"not ready within probe_timeout_s={within_s:.0f}s: {seen.probe.what_hung()}"
+        raise BringUpFailed(f"{profile.unit}: {what}", seen.errors)
     try:
         task.result()
     except ProbeFailed as e:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -12,14 +13,14 @@ import httpx
 
 from daemon.client import ApiError
 from daemon.engines import engine_for
+from daemon.engines.checks import load_checked_profiles
 from daemon.errors import K25Error
-from daemon.profiles import load_profiles
 from daemon.settings import load_settings
 
 if TYPE_CHECKING:
     from daemon.sandbox.sandbox import SandboxInfo
 
-EXIT_OK, EXIT_USAGE, EXIT_FAILED, EXIT_BUSY = 0, 2, 3, 4
+from daemon.exit_codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 
 def _cmd_launch(args: argparse.Namespace) -> int:
@@ -32,7 +33,7 @@ def _cmd_launch(args: argparse.Namespace) -> int:
 def _cmd_check_profiles(args: argparse.Namespace) -> int:
     settings = load_settings()
     directory = args.dir or settings.profiles_path
-    result = load_profiles(directory, check_paths=settings.check_model_paths and not args.no_paths)
+    result = load_checked_profiles(directory, check_paths=settings.check_model_paths and not args.no_paths)
     valid = {
         n: {"file": str(lp.file), "argv": engine_for(lp.profile).argv(lp.profile), "unit": lp.profile.unit}
         for n, lp in result.valid.items()
@@ -72,8 +73,6 @@ def _cmd_sandbox(args: argparse.Namespace) -> int:
         print(json.dumps({"down": info.name, "left": left}) if args.json else f"sandbox {info.name} down")
         return EXIT_OK if not left else EXIT_FAILED
     if args.action == "shell":
-        import os
-
         argv = info.inside(["bash", "-l"])
         os.execvp(argv[0], argv)  # noqa: S606 - an interactive shell inside the sandbox
     if args.json:
@@ -223,6 +222,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         code: int = args.func(args)
+        sys.stdout.flush()  # a closed pipe shows here, not as a traceback at interpreter exit
+    except BrokenPipeError:
+        # `k25-ctl status | head -1`: the reader left; say nothing more (Python docs' recipe).
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return EXIT_OK
     except ApiError as e:
         from daemon.cli_remote import exit_code
 

@@ -8,9 +8,9 @@ import sys
 from typing import Any
 
 from daemon.client import ApiError, Client, daemon_url, read_token
+from daemon.exit_codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from daemon.settings import load_settings
 
-EXIT_OK, EXIT_USAGE, EXIT_FAILED, EXIT_BUSY = 0, 2, 3, 4
 FAILED_OUTCOMES = ("failed", "cancelled", "degraded", "interrupted", "needs_reset")
 
 

@@ -1,5 +1,5 @@
 """What the API calls: one method per request, over the services (inventory, switcher, store, teardown).
-Routes stay thin; this is where a request becomes service calls."""
+Routes stay thin; this is where a request becomes service calls and the answer becomes a schema."""
 
 from __future__ import annotations
 
@@ -9,12 +9,30 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict
 from typing import Any
 
-from daemon.api.metrics import K25Collector
-from daemon.api.metrics import render as render_metrics
+from daemon.api.schemas import (
+    AcceptedOut,
+    CancelOut,
+    ProfileOut,
+    ProgressOut,
+    ReloadOut,
+    RunEventOut,
+    RunOut,
+    StatusOut,
+    TeardownPlanOut,
+    TeardownRecordOut,
+    TeardownReportOut,
+    TeardownRunOut,
+    VictimOut,
+)
 from daemon.errors import Busy, NotFound
+from daemon.exporter import K25Collector
+from daemon.exporter import render as render_metrics
 from daemon.hoststate import HostState, StateHub
 from daemon.inventory import Inventory
-from daemon.store.queries import FINAL, RunView, Store
+from daemon.reconcile import Reconciled
+from daemon.recorder import HostAfter, RunRecorder
+from daemon.run_types import FINAL_OUTCOMES, NewRun, Outcome, RunKind
+from daemon.store.queries import RunView, Store
 from daemon.switch import Switcher
 from daemon.teardown_exec import Teardown
 
@@ -25,21 +43,16 @@ class Controller:
         *,
         inventory: Inventory,
         switcher: Switcher,
-        store: Store,
+        recorder: RunRecorder,
         teardown: Teardown,
-        hub: StateHub,
         default_profile: str,
     ) -> None:
-        self.inventory, self.switcher, self.store, self.teardown, self.hub = (
-            inventory,
-            switcher,
-            store,
-            teardown,
-            hub,
-        )
+        self.inventory, self.switcher, self.recorder, self.teardown = inventory, switcher, recorder, teardown
+        self.store: Store = recorder.store
+        self.hub: StateHub = recorder.hub
         self.default_profile = default_profile
-        self.reconciled: dict[str, Any] = {}
-        self.collector = K25Collector(hub, store, inventory.gpu_view)
+        self.reconciled = Reconciled()
+        self.collector = K25Collector(self.hub, self.store, inventory.gpu_view)
 
     async def metrics(self) -> bytes:
         return await asyncio.to_thread(render_metrics, self.collector)
@@ -47,51 +60,57 @@ class Controller:
     def _units(self) -> tuple[str, ...]:
         return tuple(lp.profile.unit for lp in self.inventory.profiles.valid.values())
 
-    async def status(self) -> dict[str, Any]:
+    async def status(self) -> StatusOut:
         st = self.hub.status
         run = await self.run(st.run_id) if st.run_id else None
-        return {
-            **st.to_dict(),
-            "current_run": run,
-            "gpus": await self.inventory.gpus(),
-            "units": await self.inventory.unit_states(),
-            "strays": self.reconciled.get("strays", []),
-        }
+        gpus, gpu_error = await self.inventory.gpus()
+        return StatusOut(
+            **asdict(st),
+            current_run=run,
+            gpus=gpus,
+            gpu_error=gpu_error,
+            units=await self.inventory.unit_states(),
+            strays=[VictimOut.model_validate(v) for v in self.reconciled.strays],
+        )
 
-    async def profiles(self) -> list[dict[str, Any]]:
+    async def profiles(self) -> list[ProfileOut]:
         return self.inventory.profile_list(await self.inventory.unit_states())
 
-    async def profile(self, name: str) -> dict[str, Any]:
+    async def profile(self, name: str) -> ProfileOut:
         for p in await self.profiles():
-            if p["name"] == name:
+            if p.name == name:
                 return p
         raise NotFound(f"no profile {name!r}")
 
-    async def activate(
-        self, name: str, *, force: bool, wait: bool
-    ) -> tuple[int | None, dict[str, Any] | None]:
-        run_id = await self.switcher.activate(name, force=force)
-        if run_id is not None and wait:
-            await self.switcher.wait(run_id)
-            return run_id, await self.run(run_id)
-        return run_id, None
+    async def reload(self) -> ReloadOut:
+        fresh = await self.inventory.reload_profiles()
+        return ReloadOut(valid=sorted(fresh.valid), invalid=[str(p) for p in fresh.invalid])
 
-    async def restore(self, *, wait: bool) -> tuple[int | None, dict[str, Any] | None]:
+    async def activate(self, name: str, *, force: bool, wait: bool) -> AcceptedOut | RunOut:
+        run_id = await self.switcher.activate(name, force=force)
+        if run_id is None:
+            return AcceptedOut(run_id=None, detail="already active")
+        if wait:
+            await self.switcher.wait(run_id)
+            return await self.run(run_id)
+        return AcceptedOut(run_id=run_id)
+
+    async def restore(self, *, wait: bool) -> AcceptedOut | RunOut:
         return await self.activate(self.default_profile, force=False, wait=wait)
 
-    async def cancel(self, run_id: int) -> dict[str, Any]:
+    async def cancel(self, run_id: int) -> CancelOut:
         await self.switcher.cancel(run_id)
-        return {"run_id": run_id, "cancelling": True}
+        return CancelOut(run_id=run_id, cancelling=True)
 
-    async def run(self, run_id: int) -> dict[str, Any]:
+    async def run(self, run_id: int) -> RunOut:
         view = await asyncio.to_thread(self.store.get_run, run_id=run_id)
         if view is None:
             raise NotFound(f"no run {run_id}")
-        return run_dict(view)
+        return run_out(view, details=True)
 
-    async def runs(self, *, profile: str | None, limit: int) -> list[dict[str, Any]]:
+    async def runs(self, *, profile: str | None, limit: int) -> list[RunOut]:
         rows = await asyncio.to_thread(self.store.list_runs, profile=profile, limit=limit)
-        return [run_dict(RunView(r, [], [])) | {"events": None, "teardowns": None} for r in rows]
+        return [run_out(RunView(r, [], []), details=False) for r in rows]
 
     async def run_events(self, run_id: int) -> AsyncIterator[dict[str, Any]]:
         """The run's stored events, then its live ones until it ends."""
@@ -109,7 +128,7 @@ class Controller:
                     "at": e.at.isoformat(),
                     "run_id": run_id,
                 }
-            if view.run.outcome in FINAL:
+            if view.run.outcome in FINAL_OUTCOMES:
                 return
             while True:
                 event = await live.get()
@@ -123,43 +142,47 @@ class Controller:
         async for status in self.hub.subscribe():
             yield status.to_dict()
 
-    async def teardown_plan(self) -> dict[str, Any]:
-        return asdict(await self.teardown.plan(managed_units=self._units()))
+    async def teardown_plan(self) -> TeardownPlanOut:
+        return TeardownPlanOut.model_validate(await self.teardown.plan(managed_units=self._units()))
 
-    async def run_teardown(self) -> dict[str, Any]:
+    async def run_teardown(self) -> TeardownRunOut:
         """Maintenance teardown: only when no engine should run (the host is idle or degraded)."""
-        if self.hub.status.state not in (HostState.IDLE, HostState.DEGRADED):
-            raise Busy(f"the host is {self.hub.status.state}: stop the engine (or switch) instead")
-        run_id = await asyncio.to_thread(self.store.create_run, kind="teardown", profile=None)
+        st = self.hub.status
+        if st.state not in (HostState.IDLE, HostState.DEGRADED):
+            raise Busy(f"the host is {st.state}: stop the engine (or switch) instead")
+        run_id = await self.recorder.create(NewRun(RunKind.TEARDOWN, profile=None))
         report = await self.teardown.run(managed_units=self._units())
-        data = report.to_dict()
-        await asyncio.to_thread(self.store.save_teardown, run_id=run_id, ok=report.ok, report=data)
-        await asyncio.to_thread(
-            self.store.finish_run, run_id=run_id, outcome="ok" if report.ok else "failed", error=report.error
+        await self.recorder.teardown(run_id, report)
+        host = HostAfter(HostState.NEEDS_RESET, None, report.error) if report.needs_reset else None
+        await self.recorder.finish(
+            run_id, Outcome.OK if report.ok else Outcome.FAILED, error=report.error, host=host
         )
-        if report.needs_reset:
-            self.hub.update(state=HostState.NEEDS_RESET, reason=report.error)
-        return {"run_id": run_id, "report": data}
+        return TeardownRunOut(run_id=run_id, report=TeardownReportOut.model_validate(report.to_dict()))
 
 
-def run_dict(view: RunView) -> dict[str, Any]:
+def run_out(view: RunView, *, details: bool) -> RunOut:
     r = view.run
-    return {
-        "id": r.id,
-        "kind": r.kind,
-        "profile": r.profile,
-        "from_profile": r.from_profile,
-        "outcome": r.outcome,
-        "phase": r.phase,
-        "started_at": r.started_at.isoformat(),
-        "ended_at": r.ended_at.isoformat() if r.ended_at else None,
-        "load_seconds": r.load_seconds,
-        "progress": {"percent": r.progress_percent, "done": r.progress_done, "total": r.progress_total},
-        "error": r.error,
-        "parent_id": r.parent_id,
-        "unit": r.unit,
-        "argv": json.loads(r.argv) if r.argv else None,
-        "profile_sha256": r.profile_sha256,
-        "events": [{"at": e.at.isoformat(), "phase": e.phase, "detail": e.detail} for e in view.events],
-        "teardowns": [{"id": t.id, "ok": t.ok, "report": json.loads(t.report)} for t in view.teardowns],
-    }
+    return RunOut(
+        id=r.id or 0,
+        kind=r.kind,
+        profile=r.profile,
+        from_profile=r.from_profile,
+        outcome=r.outcome,
+        phase=r.phase,
+        started_at=r.started_at,
+        ended_at=r.ended_at,
+        load_seconds=r.load_seconds,
+        progress=ProgressOut(percent=r.progress_percent, done=r.progress_done, total=r.progress_total),
+        error=r.error,
+        parent_id=r.parent_id,
+        unit=r.unit,
+        argv=json.loads(r.argv) if r.argv else None,
+        profile_sha256=r.profile_sha256,
+        events=[RunEventOut.model_validate(e) for e in view.events] if details else None,
+        teardowns=[
+            TeardownRecordOut(id=t.id or 0, ok=t.ok, report=TeardownReportOut.model_validate_json(t.report))
+            for t in view.teardowns
+        ]
+        if details
+        else None,
+    )

@@ -53,3 +53,9 @@ class SystemdError(K25Error):
     """Any other D-Bus/systemd failure, with systemd's own message."""
 
     status_code = 502
+
+
+class StoreError(K25Error):
+    """The runs database failed (locked, disk full, corrupt)."""
+
+    status_code = 503

@@ -6,10 +6,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import enum
+import logging
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
+
+log = logging.getLogger("k25.host")
 
 
 class HostState(enum.StrEnum):
@@ -47,9 +50,18 @@ class StateHub:
         self._run_subscribers: dict[int, set[asyncio.Queue[dict[str, Any]]]] = {}
 
     def update(self, **changes: Any) -> HostStatus:
-        if "state" in changes and changes["state"] != self.status.state:
+        before = self.status
+        if "state" in changes and changes["state"] != before.state:
             changes.setdefault("since", time.time())
-        self.status = replace(self.status, **changes)
+        self.status = replace(before, **changes)
+        if self.status.state != before.state:
+            st = self.status
+            run = st.run_id or before.run_id
+            log.log(
+                logging.WARNING if st.state in (HostState.DEGRADED, HostState.NEEDS_RESET) else logging.INFO,
+                "host state %s -> %s%s: %s",
+                before.state, st.state, f" (run {run})" if run else "", describe(st),
+            )  # fmt: skip
         for q in self._subscribers:
             if q.full():
                 q.get_nowait()

@@ -3,15 +3,18 @@
 from __future__ import annotations
 
 import asyncio
-from dataclasses import asdict
-from typing import Any
+import logging
 
+from daemon.api.schemas import GpuOut, ProfileOut, UnitStateOut
 from daemon.engines import engine_for
+from daemon.engines.checks import load_checked_profiles
 from daemon.errors import K25Error
-from daemon.host.gpu import GpuView
+from daemon.host.gpu import GpuUnavailable, GpuView
 from daemon.host.systemd import SystemdPort
-from daemon.profiles import ProfileSet, load_profiles
+from daemon.profiles import ProfileSet
 from daemon.settings import Settings
+
+log = logging.getLogger("k25.profiles")
 
 
 class Inventory:
@@ -26,52 +29,67 @@ class Inventory:
         return self._gpus
 
     async def reload_profiles(self) -> ProfileSet:
+        """Read the profiles folder afresh (each switch does, and reload); report what changed."""
         s = self._settings
-        self.profiles = await asyncio.to_thread(
-            load_profiles, s.profiles_path, check_paths=s.check_model_paths
+        before = {n: lp.sha256 for n, lp in self.profiles.valid.items()}
+        fresh = await asyncio.to_thread(
+            load_checked_profiles, s.profiles_path, check_paths=s.check_model_paths
         )
-        return self.profiles
+        now = {n: lp.sha256 for n, lp in fresh.valid.items()}
+        if now != before:
+            changed = sorted(n for n in now if before.get(n) != now[n])
+            log.info("profiles: %d valid (changed or new: %s)", len(now), ", ".join(changed) or "none")
+        known = {str(p) for p in self.profiles.invalid}
+        for bad in fresh.invalid:
+            if str(bad) not in known:
+                log.error("invalid profile: %s", bad)
+        self.profiles = fresh
+        return fresh
 
-    async def unit_states(self) -> dict[str, dict[str, Any]]:
-        out: dict[str, dict[str, Any]] = {}
+    async def unit_states(self) -> dict[str, UnitStateOut]:
+        out: dict[str, UnitStateOut] = {}
         for name, lp in self.profiles.valid.items():
             try:
                 st = await self._systemd.state(lp.profile.unit)
-                out[name] = {
-                    "unit": lp.profile.unit,
-                    "active_state": st.active_state,
-                    "sub_state": st.sub_state,
-                }
+                out[name] = UnitStateOut(
+                    unit=lp.profile.unit, active_state=st.active_state, sub_state=st.sub_state
+                )
             except K25Error as e:
-                out[name] = {"unit": lp.profile.unit, "error": str(e)}
+                out[name] = UnitStateOut(unit=lp.profile.unit, error=str(e))
         return out
 
-    async def gpus(self) -> list[dict[str, Any]]:
-        return [asdict(g) for g in await asyncio.to_thread(self._gpus.gpus)]
+    async def gpus(self) -> tuple[list[GpuOut], str | None]:
+        """The GPUs, or none and why they cannot be read."""
+        try:
+            found = await asyncio.to_thread(self._gpus.gpus)
+        except GpuUnavailable as e:
+            return [], str(e)
+        return [GpuOut.model_validate(g) for g in found], None
 
-    def profile_list(self, units: dict[str, dict[str, Any]]) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = []
+    def profile_list(self, units: dict[str, UnitStateOut]) -> list[ProfileOut]:
+        out: list[ProfileOut] = []
         for n, lp in sorted(self.profiles.valid.items()):
             p = lp.profile
-            spec = p.speculative.model_dump() if p.speculative else None
             out.append(
-                {
-                    "name": n,
-                    "valid": True,
-                    "description": p.description,
-                    "engine": p.engine,
-                    "unit": p.unit,
-                    "model": p.model,
-                    "port": p.port,
-                    "gpus": p.gpus,
-                    "speculative": spec,
-                    "argv": engine_for(p).argv(p),
-                    "file": str(lp.file),
-                    "sha256": lp.sha256,
-                    "unit_state": units.get(n),
-                    "default": n == self._settings.default_profile,
-                }
+                ProfileOut(
+                    name=n,
+                    valid=True,
+                    description=p.description,
+                    engine=p.engine,
+                    unit=p.unit,
+                    model=p.model,
+                    port=p.port,
+                    gpus=p.gpus,
+                    speculative=p.speculative,
+                    argv=engine_for(p).argv(p),
+                    file=str(lp.file),
+                    sha256=lp.sha256,
+                    unit_state=units.get(n),
+                    default=n == self._settings.default_profile,
+                )
             )
-        for inv in self.profiles.invalid:
-            out.append({"name": inv.name, "valid": False, "file": str(inv.file), "error": str(inv)})
+        out += [
+            ProfileOut(name=i.name, valid=False, file=str(i.file), error=str(i))
+            for i in self.profiles.invalid
+        ]
         return out

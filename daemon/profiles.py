@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import re
 import tomllib
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -180,7 +181,13 @@ def _problems_from_validation(err: ValidationError) -> list[ProfileProblem]:
     return out
 
 
-def parse_profile(path: Path, *, check_paths: bool = False) -> LoadedProfile | InvalidProfile:
+# Engine-specific validation, handed in by the caller (daemon.engines.checks): (key, message) per problem.
+EngineCheck = Callable[[Profile], list[tuple[str, str]]]
+
+
+def parse_profile(
+    path: Path, *, check_paths: bool = False, engine_check: EngineCheck | None = None
+) -> LoadedProfile | InvalidProfile:
     """Parse and validate one file on its own (cross-profile checks are in load_profiles)."""
     stem = path.stem
     try:
@@ -204,15 +211,16 @@ def parse_profile(path: Path, *, check_paths: bool = False) -> LoadedProfile | I
             problems.append(
                 ProfileProblem("speculative.draft_model", f"drafter path {spec.draft_model} does not exist")
             )
-    from daemon.engines import engine_for  # engines import this module's types
-
-    problems += [ProfileProblem(k, m) for k, m in engine_for(profile).check(profile)]
+    if engine_check is not None:
+        problems += [ProfileProblem(k, m) for k, m in engine_check(profile)]
     if problems:
         return InvalidProfile(path, stem, problems)
     return LoadedProfile(profile, path, hashlib.sha256(raw).hexdigest())
 
 
-def load_profiles(directory: Path, *, check_paths: bool = False) -> ProfileSet:
+def load_profiles(
+    directory: Path, *, check_paths: bool = False, engine_check: EngineCheck | None = None
+) -> ProfileSet:
     result = ProfileSet()
     try:
         files = sorted(p for p in directory.glob("*.toml") if p.is_file())
@@ -222,7 +230,7 @@ def load_profiles(directory: Path, *, check_paths: bool = False) -> ProfileSet:
     ports: dict[tuple[str, int], str] = {}
     units: dict[str, str] = {}
     for path in files:
-        item = parse_profile(path, check_paths=check_paths)
+        item = parse_profile(path, check_paths=check_paths, engine_check=engine_check)
         if isinstance(item, InvalidProfile):
             result.invalid.append(item)
             continue

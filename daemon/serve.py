@@ -8,12 +8,15 @@ import socket
 import uvicorn
 
 from daemon.api.app import create_app
+from daemon.logs import setup_logging
 from daemon.settings import Settings
 
 
 def serve(settings: Settings) -> None:
+    setup_logging()
     app = create_app(settings)
-    config = uvicorn.Config(app, log_level="info", access_log=False)
+    # log_config=None: uvicorn's own lines go through the daemon's journal-aware logging.
+    config = uvicorn.Config(app, log_level="info", access_log=False, log_config=None)
     server = uvicorn.Server(config)
     if settings.unix_socket is not None:
         settings.unix_socket.unlink(missing_ok=True)

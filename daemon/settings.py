@@ -64,6 +64,8 @@ class Settings(BaseSettings):
     protected_names: list[str] = Field(default_factory=lambda: list(DEFAULT_PROTECTED_NAMES))
     term_grace_s: float = Field(default=30.0, gt=0)
     kill_grace_s: float = Field(default=10.0, gt=0)
+    # An orphaned engine process (parent gone) gets SIGKILL this soon: orphaned EngineCores ignore SIGTERM.
+    orphan_grace_s: float = Field(default=3.0, gt=0)
     verify_timeout_s: float = Field(default=60.0, gt=0)
     verify_samples: int = Field(default=3, ge=1)
     idle_memory_slack_mib: int = Field(default=1024, ge=0)

@@ -1,28 +1,31 @@
-"""The activation transaction: stop -> teardown -> start -> loading -> probing -> active, every phase an
-event persisted as it happens; on failure, timeout or cancel: the journal excerpt, stop, teardown, and one
-rollback to the last known-good profile as a linked run; if that fails too, `degraded`. One at a time."""
+"""The activation transaction: stop -> teardown -> start -> loading -> probing -> active, every step recorded
+through the RunRecorder as it happens; on failure, timeout, cancel or any error: the journal excerpt, stop,
+teardown, and one rollback to the last known-good profile as a linked run; if that fails too, `degraded`.
+One at a time. Profiles are read afresh for each switch, and the engine execs exactly the recorded argv."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
-import time
-from collections.abc import Callable
-from typing import Any
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from daemon.bringup import BringUpFailed, bring_up
+from daemon.engine_client import EnginePort
 from daemon.engines import engine_for
 from daemon.engines.base import LogEvent
 from daemon.errors import Busy, InvalidInput, K25Error, NotFound, Refused
 from daemon.host.journal import JournalPort
 from daemon.host.systemd import SystemdPort
-from daemon.hoststate import HostState, StateHub
+from daemon.hoststate import HostState
 from daemon.profiles import LoadedProfile, ProfileSet
-from daemon.readiness import Prober
+from daemon.recorder import HostAfter, RunRecorder
+from daemon.run_types import NewRun, Outcome, Phase, Progress, RunKind
 from daemon.store.queries import Store
 from daemon.teardown_exec import Teardown
 
+log = logging.getLogger("k25.switch")
 EXCERPT_LINES = 30
 
 
@@ -32,23 +35,59 @@ class SwitchFailed(K25Error):
         self.reason, self.excerpt, self.needs_reset = reason, excerpt, needs_reset
 
 
+def failure_excerpt(errors: list[str], tail: list[str], limit: int = EXCERPT_LINES) -> str:
+    """The matched error lines first (the root cause must survive), then as much of the tail as fits."""
+    kept = errors[-limit:]
+    room = limit - len(kept)
+    rest = [line for line in tail if line not in kept]
+    return "\n".join([*kept, *(rest[-room:] if room > 0 else [])])
+
+
+@dataclass(frozen=True)
+class SwitchPorts:
+    """What a switch drives: the engine units, their journals, the teardown, the engines' HTTP."""
+
+    systemd: SystemdPort
+    journal: JournalPort
+    teardown: Teardown
+    prober: EnginePort
+
+
+class _Events:
+    """bring_up's steps, recorded as events of one run."""
+
+    def __init__(self, recorder: RunRecorder, run_id: int) -> None:
+        self.recorder, self.run_id = recorder, run_id
+
+    async def phase(self, phase: Phase, detail: str, *, load_seconds: float | None = None) -> None:
+        await self.recorder.event(self.run_id, phase, detail, load_seconds=load_seconds)
+
+    async def progress(self, ev: LogEvent) -> None:
+        p = Progress(ev.percent or 0, ev.done or 0, ev.total or 0)
+        await self.recorder.event(
+            self.run_id, Phase.LOADING, f"{p.percent}% ({p.done}/{p.total})", progress=p
+        )
+
+
 class Switcher:
     def __init__(
         self,
         *,
-        profiles: Callable[[], ProfileSet],
-        systemd: SystemdPort,
-        journal: JournalPort,
-        teardown: Teardown,
+        profiles: Callable[[], Awaitable[ProfileSet]],
+        ports: SwitchPorts,
         store: Store,
-        prober: Prober,
-        hub: StateHub,
+        recorder: RunRecorder,
         default_profile: str,
         stop_timeout_s: float,
+        write_launch: Callable[[LoadedProfile, int, list[str]], object],
     ) -> None:
-        self._profiles, self.systemd, self.journal, self.teardown = profiles, systemd, journal, teardown
-        self.store, self.prober, self.hub = store, prober, hub
-        self.default_profile, self.stop_timeout_s = default_profile, stop_timeout_s
+        self._read_profiles, self.ports, self.store, self.recorder = profiles, ports, store, recorder
+        self.hub = recorder.hub
+        self.default_profile, self.stop_timeout_s, self._write_launch = (
+            default_profile,
+            stop_timeout_s,
+            write_launch,
+        )
         self._task: asyncio.Task[None] | None = None
         self._run_id: int | None = None
         self._rolling_back = False
@@ -56,15 +95,13 @@ class Switcher:
 
     # -- requests -------------------------------------------------------------------------------------
 
-    def _profile(self, name: str) -> LoadedProfile:
-        lp = self._profiles().get(name)
-        if lp is None:
-            raise NotFound(f"no valid profile {name!r}")
-        return lp
-
     async def activate(self, name: str, *, force: bool = False) -> int | None:
         """Start a switch; returns its run id, or None when `name` is already active and healthy."""
-        lp = self._profile(name)
+        profiles = await self._read_profiles()  # afresh: the file as it is now is what runs
+        lp = profiles.get(name)
+        if lp is None:
+            bad = next((str(p) for p in profiles.invalid if p.name == name), None)
+            raise NotFound(f"profile {name!r} is invalid: {bad}" if bad else f"no valid profile {name!r}")
         async with self._admission:  # check and claim in one step: two requests never both get through
             if self._task is not None:
                 raise Busy(f"run {self._run_id} (switch to {self.hub.status.target_profile}) is in progress")
@@ -72,11 +109,12 @@ class Switcher:
                 raise Refused(f"the host needs a GPU reset or reboot: {self.hub.status.reason}")
             st = self.hub.status
             if not force and st.state is HostState.ACTIVE and st.active_profile == name:
-                if (await self.systemd.state(lp.profile.unit)).is_active:
+                if (await self.ports.systemd.state(lp.profile.unit)).is_active:
                     return None
-            run_id = await self._new_run("switch", lp, from_profile=st.active_profile)
+            run_id = await self._new_run(RunKind.SWITCH, lp, from_profile=st.active_profile)
             self._run_id = run_id
-            self._task = asyncio.create_task(self._transaction(run_id, lp, st.active_profile))
+            self.recorder.begin(run_id, name)
+            self._task = asyncio.create_task(self._transaction(run_id, lp, st.active_profile, profiles))
             return run_id
 
     async def wait(self, run_id: int) -> None:
@@ -89,182 +127,93 @@ class Switcher:
         if self._task is None or self._run_id != run_id:
             raise InvalidInput(f"run {run_id} is not in progress")
         if self._rolling_back:
-            raise Busy(f"run {run_id} is already rolling back")
+            raise Busy(f"run {run_id} has failed and is rolling back: the rollback cannot be cancelled")
+        log.info("run %d: cancel requested", run_id)
         self._task.cancel()
 
     # -- the transaction -------------------------------------------------------------------------------
 
     async def _new_run(
-        self, kind: str, lp: LoadedProfile, *, from_profile: str | None, parent: int | None = None
+        self, kind: RunKind, lp: LoadedProfile, *, from_profile: str | None, parent: int | None = None
     ) -> int:
         p = lp.profile
-        return await asyncio.to_thread(
-            self.store.create_run,
-            kind=kind,
-            profile=p.name,
-            from_profile=from_profile,
-            parent_id=parent,
-            argv=engine_for(p).argv(p),
-            profile_sha256=lp.sha256,
-            unit=p.unit,
-        )
+        new = NewRun(kind, p.name, from_profile, parent, engine_for(p).argv(p), lp.sha256, p.unit)
+        return await self.recorder.create(new)
 
-    async def _event(self, run_id: int, phase: str, detail: str = "", **fields: Any) -> None:
-        eid = await asyncio.to_thread(
-            self.store.add_event, run_id=run_id, phase=phase, detail=detail, **fields
-        )
-        self.hub.publish_run(
-            run_id, {"id": eid, "phase": phase, "detail": detail, "at": time.time(), **fields}
-        )
-
-    async def _finish(self, run_id: int, outcome: str, **fields: Any) -> None:
-        eid = await asyncio.to_thread(self.store.finish_run, run_id=run_id, outcome=outcome, **fields)
-        detail = fields.get("error") or ""
-        self.hub.publish_run(
-            run_id, {"id": eid, "phase": outcome, "detail": detail, "at": time.time(), "final": True}
-        )
-
-    async def _transaction(self, run_id: int, lp: LoadedProfile, previous: str | None) -> None:
+    async def _transaction(
+        self, run_id: int, lp: LoadedProfile, previous: str | None, profiles: ProfileSet
+    ) -> None:
         try:
-            try:
-                await self._switch(run_id, lp)
+            failure = await self._attempt(run_id, lp, cancellable=True)
+            if failure is None:
                 return
-            except asyncio.CancelledError:
-                task = asyncio.current_task()
-                if task is not None:
-                    task.uncancel()
-                failure = SwitchFailed("cancelled by request")
-                outcome = "cancelled"
-            except SwitchFailed as e:
-                failure, outcome = e, "failed"
-            except K25Error as e:
-                failure, outcome = SwitchFailed(str(e)), "failed"
             self._rolling_back = True
-            await self._undo(run_id, lp, outcome, failure)
-            if failure.needs_reset:
-                return
-            target = self._rollback_target(lp.profile.name, previous)
-            if target is None:
-                self.hub.update(
-                    state=HostState.DEGRADED,
-                    active_profile=None,
-                    run_id=run_id,
-                    phase=None,
-                    reason=f"{lp.profile.name}: {failure.reason}; no known-good profile to return to",
-                )
-                return
-            await self._rollback(run_id, target, failure)
+            await self._recover(run_id, lp, *failure, previous)
+        except Exception as e:  # recording the failure failed too (the database, a bug): never stay switching
+            log.exception("run %d: could not record the end of the switch", run_id)
+            why = f"run {run_id} ended in an internal error: {type(e).__name__}: {e}"
+            self.recorder.settle(HostAfter(HostState.DEGRADED, None, why))
         finally:
             self._task, self._run_id, self._rolling_back = None, None, False
 
-    def _rollback_target(self, failed: str, previous: str | None) -> LoadedProfile | None:
-        profiles = self._profiles()
-        for name in (previous, self.store.last_good_profile(), self.default_profile):
-            if name and name != failed and (lp := profiles.get(name)) is not None:
-                return lp
-        return None
-
-    async def _rollback(self, parent: int, lp: LoadedProfile, failure: SwitchFailed) -> None:
-        rb = await self._new_run("rollback", lp, from_profile=None, parent=parent)
-        await self._event(parent, "rollback", f"rolling back to {lp.profile.name} (run {rb})")
+    async def _attempt(
+        self, run_id: int, lp: LoadedProfile, *, cancellable: bool
+    ) -> tuple[Outcome, SwitchFailed] | None:
+        """One switch; any way it can fail becomes (outcome, SwitchFailed)."""
         try:
-            await self._switch(rb, lp)
-        except (SwitchFailed, K25Error) as e:
-            second = e if isinstance(e, SwitchFailed) else SwitchFailed(str(e))
-            await self._undo(rb, lp, "failed", second)
-            if not second.needs_reset:
-                self.hub.update(
-                    state=HostState.DEGRADED,
-                    active_profile=None,
-                    run_id=rb,
-                    phase=None,
-                    reason=f"switch failed ({failure.reason}); rollback to {lp.profile.name} failed "
-                    f"({second.reason}); no engine runs, no further attempt",
-                )
+            await self._switch(run_id, lp)
+            return None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not cancellable or task is None:
+                raise
+            task.uncancel()
+            return Outcome.CANCELLED, SwitchFailed("cancelled by request")
+        except SwitchFailed as e:
+            return Outcome.FAILED, e
+        except K25Error as e:
+            return Outcome.FAILED, SwitchFailed(str(e))
+        except Exception as e:  # a bug or an OS error: the run fails with it, recorded and logged
+            log.exception("run %d: internal error during the switch", run_id)
+            return Outcome.FAILED, SwitchFailed(f"internal error: {type(e).__name__}: {e}")
 
-    async def _switch(self, run_id: int, lp: LoadedProfile) -> None:
-        p = lp.profile
-        self.hub.update(
-            state=HostState.SWITCHING,
-            target_profile=p.name,
-            run_id=run_id,
-            phase="stop",
-            progress_percent=None,
-            progress_done=None,
-            progress_total=None,
-            reason=None,
-        )
-        await self._stop_and_teardown(run_id, gpus=tuple(p.gpus))
-
-        async def on_phase(phase: str, detail: str) -> None:
-            self.hub.update(phase=phase)
-            await self._event(run_id, phase, detail)
-
-        async def on_progress(ev: LogEvent) -> None:
-            self.hub.update(progress_percent=ev.percent, progress_done=ev.done, progress_total=ev.total)
-            await self._event(
-                run_id,
-                "loading",
-                f"{ev.percent}% ({ev.done}/{ev.total})",
-                progress_percent=ev.percent,
-                progress_done=ev.done,
-                progress_total=ev.total,
+    async def _recover(
+        self, run_id: int, lp: LoadedProfile, outcome: Outcome, failure: SwitchFailed, previous: str | None
+    ) -> None:
+        """After a failed switch: clean up, then link and start the rollback before the run's final event."""
+        error = await self._cleanup(run_id, lp, failure)
+        if failure.needs_reset:
+            await self.recorder.finish(
+                run_id, outcome, error=error, host=HostAfter(HostState.NEEDS_RESET, None, failure.reason)
             )
-
-        with contextlib.suppress(K25Error):
-            await self.systemd.reset_failed(p.unit)  # a unit left failed by an earlier run may start again
-        try:
-            seen = await bring_up(
-                p,
-                systemd=self.systemd,
-                journal=self.journal,
-                prober=self.prober,
-                on_phase=on_phase,
-                on_progress=on_progress,
+            return
+        target = await self._rollback_target(lp.profile.name, previous)
+        if target is None:
+            reason = f"{lp.profile.name}: {failure.reason}; no known-good profile to return to"
+            await self.recorder.finish(
+                run_id, outcome, error=error, host=HostAfter(HostState.DEGRADED, None, reason)
             )
-        except BringUpFailed as e:
-            raise SwitchFailed(e.reason, await self._excerpt(p.unit, e.errors)) from e
-        await self._finish(run_id, "active", load_seconds=seen.load_seconds)
-        self.hub.update(
-            state=HostState.ACTIVE, active_profile=p.name, target_profile=None, run_id=None, phase=None
+            return
+        rb = await self._new_run(RunKind.ROLLBACK, target, from_profile=lp.profile.name, parent=run_id)
+        await self.recorder.event(run_id, Phase.ROLLBACK, f"rolling back to {target.profile.name} (run {rb})")
+        await self.recorder.finish(run_id, outcome, error=error, rollback_run_id=rb)
+        self._run_id = rb
+        self.recorder.begin(rb, target.profile.name)
+        second = await self._attempt(rb, target, cancellable=False)
+        if second is None:
+            return
+        _, again = second
+        rb_error = await self._cleanup(rb, target, again)
+        state = HostState.NEEDS_RESET if again.needs_reset else HostState.DEGRADED
+        reason = (
+            f"switch failed ({failure.reason}); rollback to {target.profile.name} failed "
+            f"({again.reason}); no engine runs, no further attempt"
         )
+        await self.recorder.finish(rb, Outcome.FAILED, error=rb_error, host=HostAfter(state, None, reason))
 
-    async def _stop_and_teardown(self, run_id: int, gpus: tuple[int, ...] | None) -> None:
-        units = tuple(lp.profile.unit for lp in self._profiles().valid.values())
-        cgroups: dict[str, str] = {}
-        for unit in units:
-            st = await self.systemd.state(unit)
-            if not st.is_down:
-                cgroups[unit] = st.control_group
-                out = await self.systemd.stop(unit, within_s=self.stop_timeout_s)
-                how = " (SIGKILL after TimeoutStopSec)" if out.stop_escalated else ""
-                await self._event(
-                    run_id, "stop", f"stopped {unit}: job {out.job_result}{how} in {out.seconds:.1f}s"
-                )
-        if not cgroups:
-            await self._event(run_id, "stop", "no engine unit was running")
-        self.hub.update(phase="teardown")
-        await self._event(run_id, "teardown", "planning")
-        report = await self.teardown.run(gpus, unit_cgroups=cgroups, managed_units=units)
-        data = report.to_dict()
-        await asyncio.to_thread(self.store.save_teardown, run_id=run_id, ok=report.ok, report=data)
-        killed = [f"{o.pid} {o.title} ({'+'.join(o.signals)})" for o in report.processes]
-        await self._event(
-            run_id,
-            "teardown",
-            json.dumps(
-                {"killed": killed, "shm_removed": report.shm_removed, "steps": report.steps, "ok": report.ok}
-            ),
-        )
-        if report.needs_reset:
-            self.hub.update(state=HostState.NEEDS_RESET, active_profile=None, phase=None, reason=report.error)
-            raise SwitchFailed(report.error or "needs_reset", needs_reset=True)
-        if not report.ok:
-            raise SwitchFailed(f"teardown did not leave the GPUs clean: {report.error}")
-
-    async def _undo(self, run_id: int, lp: LoadedProfile, outcome: str, failure: SwitchFailed) -> None:
-        """After a failed start: stop the target, tear down, record the run's end with its excerpt."""
-        await self._event(run_id, outcome, failure.reason)
+    async def _cleanup(self, run_id: int, lp: LoadedProfile, failure: SwitchFailed) -> str:
+        """Stop the unit that failed and tear down again; returns the run's error text."""
+        await self.recorder.event(run_id, Phase.CLEANUP, failure.reason)
         excerpt = failure.excerpt or failure.reason
         if not failure.needs_reset:
             try:
@@ -272,38 +221,71 @@ class Switcher:
             except SwitchFailed as e:
                 failure.needs_reset = e.needs_reset
                 excerpt += f"\n[cleanup] {e.reason}"
-        error = f"{failure.reason}\n{excerpt}" if failure.excerpt else failure.reason
-        await self._finish(run_id, outcome, error=error)
+            except Exception as e:
+                log.exception("run %d: cleanup failed", run_id)
+                excerpt += f"\n[cleanup] {type(e).__name__}: {e}"
+        return f"{failure.reason}\n{excerpt}" if failure.excerpt else excerpt
+
+    async def _rollback_target(self, failed: str, previous: str | None) -> LoadedProfile | None:
+        profiles = await self._read_profiles()
+        last_good = await asyncio.to_thread(self.store.last_good_profile)
+        for name in (previous, last_good, self.default_profile):
+            if name and name != failed and (lp := profiles.get(name)) is not None:
+                return lp
+        return None
+
+    async def _switch(self, run_id: int, lp: LoadedProfile) -> None:
+        p = lp.profile
+        engine = engine_for(p)
+        await self._stop_and_teardown(run_id, gpus=tuple(p.gpus), ports=(p.port,))
+        await asyncio.to_thread(self._write_launch, lp, run_id, engine.argv(p))
+        with contextlib.suppress(K25Error):
+            await self.ports.systemd.reset_failed(p.unit)  # a unit left failed by an earlier run may start
+        try:
+            seen = await bring_up(
+                p,
+                engine,
+                systemd=self.ports.systemd,
+                journal=self.ports.journal,
+                prober=self.ports.prober,
+                events=_Events(self.recorder, run_id),
+            )
+        except BringUpFailed as e:
+            raise SwitchFailed(e.reason, await self._excerpt(p.unit, e.errors)) from e
+        await self.recorder.finish(
+            run_id, Outcome.ACTIVE, load_seconds=seen.load_seconds, host=HostAfter(HostState.ACTIVE, p.name)
+        )
+
+    async def _stop_and_teardown(
+        self, run_id: int, gpus: tuple[int, ...] | None, ports: tuple[int, ...] = ()
+    ) -> None:
+        profiles = await self._read_profiles()
+        units = tuple(dict.fromkeys(lp.profile.unit for lp in profiles.valid.values()))
+        cgroups: dict[str, str] = {}
+        for unit in units:
+            st = await self.ports.systemd.state(unit)
+            if not st.is_down:
+                cgroups[unit] = st.control_group
+                out = await self.ports.systemd.stop(unit, within_s=self.stop_timeout_s)
+                how = " (SIGKILL after TimeoutStopSec)" if out.stop_escalated else ""
+                await self.recorder.event(
+                    run_id, Phase.STOP, f"stopped {unit}: job {out.job_result}{how} in {out.seconds:.1f}s"
+                )
+        if not cgroups:
+            await self.recorder.event(run_id, Phase.STOP, "no engine unit was running")
+        await self.recorder.event(
+            run_id, Phase.TEARDOWN, f"planning (GPUs {list(gpus or [])}, ports {list(ports)})"
+        )
+        report = await self.ports.teardown.run(gpus, unit_cgroups=cgroups, managed_units=units, ports=ports)
+        await self.recorder.teardown(run_id, report)
+        if report.needs_reset:
+            raise SwitchFailed(report.error or "needs_reset", needs_reset=True)
+        if not report.ok:
+            raise SwitchFailed(f"teardown did not leave the GPUs clean: {report.error}")
 
     async def _excerpt(self, unit: str, errors: list[str]) -> str:
         try:
-            tail = [r.message for r in await self.journal.tail(unit, EXCERPT_LINES)]
+            tail = [r.message for r in await self.ports.journal.tail(unit, EXCERPT_LINES)]
         except (OSError, K25Error):
             tail = []
-        lines = [*errors, *(line for line in tail if line not in errors)]
-        return "\n".join(lines[-EXCERPT_LINES:])
-
-    # -- after a daemon restart ------------------------------------------------------------------------
-
-    async def reconcile(self) -> dict[str, Any]:
-        """Unfinished runs become `interrupted`; the active profile is whichever managed unit systemd says
-        is active; stray engine processes are reported, not killed."""
-        interrupted = await asyncio.to_thread(self.store.mark_interrupted)
-        active = []
-        for name, lp in self._profiles().valid.items():
-            with contextlib.suppress(K25Error):
-                if (await self.systemd.state(lp.profile.unit)).active_state in ("active", "activating"):
-                    active.append(name)
-        last_good = await asyncio.to_thread(self.store.last_good_profile)
-        chosen = last_good if last_good in active else (active[0] if active else None)
-        if chosen:
-            self.hub.update(state=HostState.ACTIVE, active_profile=chosen, reason=None)
-        else:
-            self.hub.update(state=HostState.IDLE, active_profile=None)
-        plan = await self.teardown.plan(
-            managed_units=tuple(lp.profile.unit for lp in self._profiles().valid.values())
-        )
-        strays = [
-            {"pid": v.pid, "title": v.title, "reasons": list(v.reasons)} for v in plan.victims if v.foreign
-        ]
-        return {"interrupted": interrupted, "active_units": active, "adopted": chosen, "strays": strays}
+        return failure_excerpt(errors, tail)

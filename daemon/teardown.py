@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -26,6 +27,8 @@ class Snapshot:
     self_pid: int
     unit_pids: dict[str, list[int]] = field(default_factory=dict)  # the stopped units' cgroup members
     managed_units: tuple[str, ...] = ()  # every managed engine unit's name
+    gpu_error: str | None = None  # NVML could not be read: the plan goes without GPU contexts
+    listeners: dict[int, list[int | None]] = field(default_factory=dict)  # port the next engine needs -> PIDs
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class TeardownPolicy:
     protected_names: tuple[str, ...]
     foreign: Literal["kill", "refuse"] = "kill"
     gpus: tuple[int, ...] | None = None  # the profile's GPUs; None: all
+    front_end_titles: tuple[str, ...] = ()  # engine API servers (`vllm serve *`): may hold a port
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,18 @@ class Victim:
     foreign: bool  # not from a managed unit
     gpu_mib: int | None
     started: float
+    orphan: bool = False  # an engine process whose parent is gone: a short SIGTERM grace
+
+
+@dataclass(frozen=True)
+class PortHolder:
+    port: int
+    pid: int | None  # None: a process outside k25-ctl's PID namespace
+    title: str
+
+    def __str__(self) -> str:
+        who = f"PID {self.pid} ({self.title})" if self.pid is not None else "a process k25-ctl cannot see"
+        return f"port {self.port} is held by {who}"
 
 
 @dataclass(frozen=True)
@@ -69,17 +85,19 @@ class TeardownPlan:
     shm_keep: list[ShmDecision]
     gpus: tuple[int, ...] | None
     refused: list[Victim] = field(default_factory=list)  # foreign processes under policy `refuse`
+    port_blocked: list[PortHolder] = field(default_factory=list)  # not engines: the switch must not go on
+    gpu_error: str | None = None
 
     @property
     def is_refused(self) -> bool:
         return bool(self.refused)
 
 
-def _device_in_scope(path: str, gpus: tuple[int, ...] | None) -> bool:
+def _device_index(path: str) -> int | None:
     """A mapped /dev/nvidiaN means a context on GPU N. The control devices (nvidiactl, nvidia-uvm) do not:
     NVML readers, k25-ctl itself included, map /dev/nvidiactl too (seen on an H200, driver 580)."""
     m = DEVICE_INDEX_RE.search(Path(path).name)
-    return m is not None and (gpus is None or int(m[1]) in gpus)
+    return int(m[1]) if m else None
 
 
 def _protection(p: ProcInfo, snap: Snapshot, ancestors: set[int], policy: TeardownPolicy) -> str | None:
@@ -103,18 +121,52 @@ def _ancestors(pid: int, by_pid: dict[int, ProcInfo]) -> set[int]:
     return out
 
 
-def _reasons(
-    p: ProcInfo, snap: Snapshot, policy: TeardownPolicy, gpu_pids: dict[int, list[int]]
-) -> list[str]:
+def _matches(title: str, patterns: tuple[str, ...]) -> bool:
+    return any(fnmatch.fnmatchcase(title, t) for t in patterns)
+
+
+class _Scope:
+    """Which GPUs each process holds (NVML contexts on any GPU, mapped /dev/nvidiaN), and whether that lies
+    inside the teardown's GPUs."""
+
+    def __init__(self, snap: Snapshot, gpus: tuple[int, ...] | None) -> None:
+        self.gpus = gpus
+        self.nvml: dict[int, list[int]] = {}
+        self.mib: dict[int, int] = {}
+        for g in snap.gpus:
+            for gp in g.processes:
+                self.nvml.setdefault(gp.pid, []).append(g.index)
+                if gpus is None or g.index in gpus:
+                    self.mib[gp.pid] = self.mib.get(gp.pid, 0) + (gp.used_mib or 0)
+
+    def held(self, p: ProcInfo) -> set[int]:
+        mapped = {i for d in p.mapped_devices if (i := _device_index(d)) is not None}
+        return mapped | set(self.nvml.get(p.pid, ()))
+
+    def inside(self, indices: set[int] | list[int]) -> list[int]:
+        return sorted(i for i in indices if self.gpus is None or i in self.gpus)
+
+    def only_outside(self, p: ProcInfo) -> bool:
+        held = self.held(p)
+        return bool(held) and not self.inside(held)
+
+    def outside_reason(self, p: ProcInfo) -> str:
+        held = ",".join(map(str, sorted(self.held(p))))
+        scope = ",".join(map(str, self.gpus or ()))
+        return f"holds GPU {held} only, outside this teardown's GPUs ({scope})"
+
+
+def _reasons(p: ProcInfo, snap: Snapshot, policy: TeardownPolicy, scope: _Scope) -> list[str]:
     reasons = []
-    for unit, pids in snap.unit_pids.items():
-        if p.pid in pids:
-            reasons.append(f"in the stopped unit's cgroup ({unit})")
-    if p.pid in gpu_pids:
-        reasons.append("GPU context on GPU " + ",".join(str(i) for i in gpu_pids[p.pid]) + " (NVML)")
-    if any(_device_in_scope(d, policy.gpus) for d in p.mapped_devices):
+    in_unit = [unit for unit, pids in snap.unit_pids.items() if p.pid in pids]
+    reasons += [f"in the stopped unit's cgroup ({unit})" for unit in in_unit]
+    if nvml := scope.inside(scope.nvml.get(p.pid, [])):
+        reasons.append("GPU context on GPU " + ",".join(map(str, nvml)) + " (NVML)")
+    mapped = [d for d in p.mapped_devices if (i := _device_index(d)) is not None and scope.inside([i])]
+    if mapped:
         reasons.append("maps " + ", ".join(p.mapped_devices))
-    if any(fnmatch.fnmatchcase(p.title, t) for t in policy.engine_titles):
+    # A title alone never reaches across GPUs: an engine holding only other GPUs serves another profile.
+    if _matches(p.title, policy.engine_titles) and (in_unit or not scope.only_outside(p)):
         reasons.append(f"engine process title {p.title.split()[0]!r}")
     return reasons
 
@@ -125,37 +177,71 @@ def _from_managed_unit(p: ProcInfo, snap: Snapshot) -> bool:
     return any(part in snap.managed_units for part in p.cgroup.split("/"))
 
 
+def _is_orphan(p: ProcInfo, by_pid: dict[int, ProcInfo], policy: TeardownPolicy) -> bool:
+    """An engine process whose parent is gone (reparented to PID 1, or to a parent we cannot see)."""
+    return _matches(p.title, policy.engine_titles) and (p.ppid <= 1 or p.ppid not in by_pid)
+
+
+def _port_holders(
+    snap: Snapshot,
+    policy: TeardownPolicy,
+    chosen: dict[int, list[str]],
+    by_pid: dict[int, ProcInfo],
+    guard: Callable[[ProcInfo], str | None],
+) -> list[PortHolder]:
+    """Listeners on the ports the next engine needs: engines die with the rest; anything else blocks."""
+    blocked = []
+    for port, pids in sorted(snap.listeners.items()):
+        for pid in pids:
+            why = f"listens on port {port}, which the next engine needs"
+            p = by_pid.get(pid) if pid is not None else None
+            if p is None:
+                blocked.append(PortHolder(port, pid, "?"))
+            elif pid in chosen:
+                chosen[pid].append(why)
+            elif guard(p) is None and (
+                p.ppid in chosen
+                or any(c.ppid == p.pid and c.pid in chosen for c in snap.processes)
+                or _matches(p.title, (*policy.front_end_titles, *policy.engine_titles))
+            ):
+                chosen[p.pid] = [f"{why} (an engine front end)"]
+            else:
+                blocked.append(PortHolder(port, pid, p.title))
+    return blocked
+
+
 def plan(snap: Snapshot, policy: TeardownPolicy) -> TeardownPlan:
     by_pid = {p.pid: p for p in snap.processes}
     ancestors = _ancestors(snap.self_pid, by_pid)
-    gpu_pids: dict[int, list[int]] = {}
-    gpu_mib: dict[int, int] = {}
-    for g in snap.gpus:
-        if policy.gpus is None or g.index in policy.gpus:
-            for gp in g.processes:
-                gpu_pids.setdefault(gp.pid, []).append(g.index)
-                gpu_mib[gp.pid] = gpu_mib.get(gp.pid, 0) + (gp.used_mib or 0)
+    scope = _Scope(snap, policy.gpus)
+
+    def guard(p: ProcInfo) -> str | None:
+        return _protection(p, snap, ancestors, policy)
 
     chosen: dict[int, list[str]] = {}
     spared: list[Spared] = []
     for p in snap.processes:
-        reasons = _reasons(p, snap, policy, gpu_pids)
-        guard = _protection(p, snap, ancestors, policy)
-        if reasons and guard:
-            spared.append(Spared(p.pid, p.title, f"{guard} (would be a victim: {'; '.join(reasons)})"))
+        reasons = _reasons(p, snap, policy, scope)
+        protected = guard(p)
+        if reasons and protected:
+            spared.append(Spared(p.pid, p.title, f"{protected} (would be a victim: {'; '.join(reasons)})"))
         elif reasons:
             chosen[p.pid] = reasons
+        elif scope.only_outside(p):
+            spared.append(Spared(p.pid, p.title, protected or scope.outside_reason(p)))
         elif p.open_devices or p.mapped_devices:
-            spared.append(Spared(p.pid, p.title, guard or NVML_READER))
-    # Children of victims go with them (a worker pool's helpers, a shell wrapper's engine).
+            spared.append(Spared(p.pid, p.title, protected or NVML_READER))
+    # Children of victims go with them (a worker pool's helpers, a shell wrapper's engine), unless they
+    # hold only GPUs outside the teardown (spared above, with that reason).
     changed = True
     while changed:
         changed = False
         for p in snap.processes:
             if p.pid not in chosen and p.ppid in chosen and p.pid != p.ppid:
-                if _protection(p, snap, ancestors, policy) is None:
+                if guard(p) is None and not scope.only_outside(p):
                     chosen[p.pid] = [f"child of victim {p.ppid}"]
                     changed = True
+    blocked = _port_holders(snap, policy, chosen, by_pid, guard)
 
     victims = [
         Victim(
@@ -163,14 +249,15 @@ def plan(snap: Snapshot, policy: TeardownPolicy) -> TeardownPlan:
             by_pid[pid].title,
             tuple(r),
             not _from_managed_unit(by_pid[pid], snap),
-            gpu_mib.get(pid),
+            scope.mib.get(pid),
             by_pid[pid].started,
+            _is_orphan(by_pid[pid], by_pid, policy),
         )
         for pid, r in sorted(chosen.items())
     ]
     refused = [v for v in victims if v.foreign] if policy.foreign == "refuse" else []
     remove, keep = plan_shm(snap.shm, policy.shm_patterns, victim_pids=set(chosen))
-    return TeardownPlan(victims, spared, remove, keep, policy.gpus, refused)
+    return TeardownPlan(victims, spared, remove, keep, policy.gpus, refused, blocked, snap.gpu_error)
 
 
 def plan_shm(

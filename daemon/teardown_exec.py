@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from daemon.errors import Refused
-from daemon.host.gpu import GpuView
+from daemon.host.gpu import GpuInfo, GpuUnavailable, GpuView
 from daemon.host.procs import ProcessView
 from daemon.host.shm import ShmView
 from daemon.host.signals import ProcessControl, ProcHandle
@@ -31,6 +31,8 @@ class ProcessOutcome:
     outcome: str = ""  # exited after SIGTERM | killed by SIGKILL | survived SIGKILL | gone before the signal
     state: str = ""
     wchan: str = ""
+    orphan: bool = False
+    grace_s: float = 0.0  # how long SIGTERM was given before SIGKILL
 
 
 @dataclass
@@ -80,9 +82,13 @@ async def execute(
     *,
     term_grace_s: float,
     kill_grace_s: float,
+    orphan_grace_s: float | None = None,
 ) -> TeardownReport:
+    """SIGTERM to every victim; orphaned engine processes get SIGKILL after `orphan_grace_s` (a real
+    orphaned EngineCore ignores SIGTERM), the rest after `term_grace_s`; then wait for the kills."""
     report = TeardownReport(spared=[asdict(s) for s in p.spared])
-    outcomes = {v.pid: _outcome(v) for v in p.victims}
+    orphan_grace = min(term_grace_s, orphan_grace_s if orphan_grace_s is not None else term_grace_s)
+    outcomes = {v.pid: _outcome(v, orphan_grace if v.orphan else term_grace_s) for v in p.victims}
     report.processes = list(outcomes.values())
     handles = []
     for v in p.victims:
@@ -92,23 +98,29 @@ async def execute(
         else:
             handles.append(h)
 
-    async def signal_and_wait(targets: list[ProcHandle], sig: signal.Signals, within_s: float) -> set[int]:
+    def send(targets: list[ProcHandle], sig: signal.Signals) -> None:
         for h in targets:
             if control.send(h, sig):
                 outcomes[h.pid].signals.append(sig.name)
-        return await control.wait_exits(targets, within_s)
 
     try:
         began = time.monotonic()
-        exited = await signal_and_wait(handles, signal.SIGTERM, term_grace_s)
+        send(handles, signal.SIGTERM)
+        exited: set[int] = set()
+        killed_early: list[ProcHandle] = []
+        for grace in sorted({outcomes[h.pid].grace_s for h in handles}):
+            waiting = [h for h in handles if h.pid not in exited and h not in killed_early]
+            exited |= await control.wait_exits(waiting, max(0.0, grace - (time.monotonic() - began)))
+            due = [h for h in waiting if h.pid not in exited and outcomes[h.pid].grace_s <= grace]
+            send(due, signal.SIGKILL)
+            killed_early += due
         for pid in exited:
             outcomes[pid].outcome = "exited after SIGTERM"
         report.steps["sigterm_s"] = time.monotonic() - began
-        rest = [h for h in handles if h.pid not in exited]
-        if rest:
+        if killed_early:
             began = time.monotonic()
-            killed = await signal_and_wait(rest, signal.SIGKILL, kill_grace_s)
-            for h in rest:
+            killed = await control.wait_exits(killed_early, kill_grace_s)
+            for h in killed_early:
                 o = outcomes[h.pid]
                 if h.pid in killed:
                     o.outcome = "killed by SIGKILL"
@@ -144,8 +156,10 @@ async def clean_shm(shm: ShmView, patterns: tuple[str, ...], report: TeardownRep
     report.steps["shm_s"] = time.monotonic() - began
 
 
-def _outcome(v: Victim) -> ProcessOutcome:
-    return ProcessOutcome(v.pid, v.title, list(v.reasons), v.foreign, v.gpu_mib)
+def _outcome(v: Victim, grace_s: float) -> ProcessOutcome:
+    return ProcessOutcome(
+        v.pid, v.title, list(v.reasons), v.foreign, v.gpu_mib, orphan=v.orphan, grace_s=grace_s
+    )
 
 
 async def verify(
@@ -165,11 +179,17 @@ async def verify(
     checks: list[GpuCheck] = []
     while True:
         reads += 1
+        try:
+            seen = await asyncio.to_thread(gpus.gpus, light=True)
+        except GpuUnavailable as e:
+            return VerifyResult(False, [], reads, time.monotonic() - began, f"cannot verify the GPUs: {e}")
+        if unseen := _unseen(gpus, seen, indices):
+            return VerifyResult(False, [], reads, time.monotonic() - began, unseen)
         checks = [
             GpuCheck(
                 g.index, g.memory_used_mib, idle_mib.get(g.index, 0) + slack_mib, [p.pid for p in g.processes]
             )
-            for g in await asyncio.to_thread(gpus.gpus, light=True)
+            for g in seen
             if indices is None or g.index in indices
         ]
         streak = streak + 1 if all(c.clean for c in checks) else 0
@@ -185,6 +205,20 @@ async def verify(
             )
             return VerifyResult(False, [asdict(c) | {"clean": c.clean} for c in checks], reads, elapsed, msg)
         await asyncio.sleep(interval_s)  # the sampling period; see the docstring
+
+
+def _unseen(view: GpuView, seen: list[GpuInfo], indices: tuple[int, ...] | None) -> str | None:
+    """Where GPUs are expected, one that cannot be seen fails the verification (never "clean" over an
+    empty list)."""
+    if not view.required:
+        return None
+    visible = sorted(g.index for g in seen)
+    if not visible:
+        return "no GPU is visible: cannot verify that the GPUs are clean"
+    missing = [i for i in indices or () if i not in visible]
+    if missing:
+        return f"GPU {', '.join(map(str, missing))} not visible (visible: {', '.join(map(str, visible))})"
+    return None
 
 
 class Teardown:
@@ -203,10 +237,11 @@ class Teardown:
         verify_timeout_s: float,
         verify_samples: int,
         slack_mib: int,
+        orphan_grace_s: float | None = None,
         self_pid: int | None = None,
     ) -> None:
         self.procs, self.gpus, self.shm, self.control, self.policy = procs, gpus, shm, control, policy
-        self.term_grace_s, self.kill_grace_s = term_grace_s, kill_grace_s
+        self.term_grace_s, self.kill_grace_s, self.orphan_grace_s = term_grace_s, kill_grace_s, orphan_grace_s
         self.verify_timeout_s, self.verify_samples, self.slack_mib = (
             verify_timeout_s,
             verify_samples,
@@ -216,15 +251,29 @@ class Teardown:
         self.idle_mib: dict[int, int] = {}  # lowest memory seen on each GPU with no process on it
 
     async def _snapshot(
-        self, unit_cgroups: Mapping[str, str], managed_units: tuple[str, ...], *, full: bool = True
+        self,
+        unit_cgroups: Mapping[str, str],
+        managed_units: tuple[str, ...],
+        ports: tuple[int, ...],
+        *,
+        full: bool = True,
     ) -> Snapshot:
         """GPUs, processes (one scan gives device and shm holders) and /dev/shm, read side by side. Not
         `full`: no open-fd scan (victims are chosen by GPU context, mappings, titles and cgroups; the
         shm files are decided after the kills, from a fresh scan)."""
         shm_glob = f"{self.shm.directory}/*"
-        gpus, procs = await asyncio.gather(
-            asyncio.to_thread(self.gpus.gpus, light=True),
+
+        async def read_gpus() -> tuple[list[GpuInfo], str | None]:
+            # Without NVML the plan still goes by cgroups, device mappings and titles; verify then fails.
+            try:
+                return await asyncio.to_thread(self.gpus.gpus, light=True), None
+            except GpuUnavailable as e:
+                return [], str(e)
+
+        (gpus, gpu_error), procs, listeners = await asyncio.gather(
+            read_gpus(),
             asyncio.to_thread(self.procs.snapshot, self.policy.device_glob, shm_glob, with_fds=full),
+            asyncio.to_thread(self.procs.listeners, ports),
         )
         holders: dict[str, set[int]] = {}
         for p in procs:
@@ -241,6 +290,8 @@ class Teardown:
             self_pid=self.self_pid,
             unit_pids={unit: self.procs.cgroup_pids(cg) for unit, cg in unit_cgroups.items() if cg},
             managed_units=managed_units,
+            gpu_error=gpu_error,
+            listeners=listeners,
         )
 
     async def plan(
@@ -248,10 +299,11 @@ class Teardown:
         gpus: tuple[int, ...] | None = None,
         unit_cgroups: Mapping[str, str] | None = None,
         managed_units: tuple[str, ...] = (),
+        ports: tuple[int, ...] = (),
         *,
         full: bool = True,
     ) -> TeardownPlan:
-        snap = await self._snapshot(unit_cgroups or {}, managed_units, full=full)
+        snap = await self._snapshot(unit_cgroups or {}, managed_units, ports, full=full)
         return plan(snap, replace(self.policy, gpus=gpus))
 
     async def run(
@@ -259,15 +311,26 @@ class Teardown:
         gpus: tuple[int, ...] | None = None,
         unit_cgroups: Mapping[str, str] | None = None,
         managed_units: tuple[str, ...] = (),
+        ports: tuple[int, ...] = (),
     ) -> TeardownReport:
+        """`ports`: the TCP ports the next engine needs; a process that holds one and is not an engine
+        makes the teardown refuse before it signals anything."""
         run_began = time.monotonic()
-        p = await self.plan(gpus, unit_cgroups, managed_units, full=False)
+        p = await self.plan(gpus, unit_cgroups, managed_units, ports, full=False)
         planned = time.monotonic() - run_began
         if p.is_refused:
             names = ", ".join(f"{v.pid} ({v.title})" for v in p.refused)
             raise Refused(f"foreign GPU processes under policy 'refuse': {names}")
+        if p.port_blocked:
+            raise Refused(
+                "; ".join(map(str, p.port_blocked)) + ": not an engine, so k25-ctl will not kill it"
+            )
         report = await execute(
-            p, self.control, term_grace_s=self.term_grace_s, kill_grace_s=self.kill_grace_s
+            p,
+            self.control,
+            term_grace_s=self.term_grace_s,
+            kill_grace_s=self.kill_grace_s,
+            orphan_grace_s=self.orphan_grace_s,
         )
         report.steps = {"plan_s": planned, **report.steps}
         if report.needs_reset:
@@ -292,5 +355,5 @@ class Teardown:
         report.steps["verify_s"] = checked.seconds
         report.steps["total_s"] = time.monotonic() - run_began
         if not checked.ok:
-            report.error = f"GPUs not clean after {self.verify_timeout_s:.0f}s: {checked.message}"
+            report.error = f"GPUs not clean after {checked.seconds:.1f}s: {checked.message}"
         return report

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from daemon.engines import all_process_titles, all_shm_patterns
+from daemon.engines import all_front_end_titles, all_process_titles, all_shm_patterns
 from daemon.host.gpu import GpuView, NoGpus, NvmlGpus, SimulatedGpus
 from daemon.host.procs import ProcfsProcesses
 from daemon.host.shm import DevShm
@@ -32,6 +32,7 @@ def teardown_policy(settings: Settings) -> TeardownPolicy:
         shm_patterns=all_shm_patterns(),
         protected_names=tuple(settings.protected_names),
         foreign=settings.foreign_gpu_policy,
+        front_end_titles=all_front_end_titles(),
     )
 
 
@@ -44,6 +45,7 @@ def build_teardown(settings: Settings, gpus: GpuView | None = None) -> Teardown:
         teardown_policy(settings),
         term_grace_s=settings.term_grace_s,
         kill_grace_s=settings.kill_grace_s,
+        orphan_grace_s=settings.orphan_grace_s,
         verify_timeout_s=settings.verify_timeout_s,
         verify_samples=settings.verify_samples,
         slack_mib=settings.idle_memory_slack_mib,

@@ -5,7 +5,7 @@ cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
-.venv/bin/mypy --strict daemon
+.venv/bin/mypy --strict daemon tests
 set +e
 .venv/bin/pytest -ra "$@"
 rc=$?

@@ -4,8 +4,12 @@ upgrades the database, reconciles with systemd, then says READY=1."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import logging
 import os
-from collections.abc import AsyncIterator, Awaitable, Callable
+import signal
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
@@ -14,7 +18,9 @@ from fastapi.responses import JSONResponse, Response
 
 from daemon.api import routes
 from daemon.api.auth import load_token
+from daemon.api.schemas import HealthOut
 from daemon.controller import Controller
+from daemon.engine_client import EnginePort, Prober
 from daemon.errors import K25Error
 from daemon.host.gpu import GpuView
 from daemon.host.journal import JournalctlJournal, JournalPort
@@ -22,12 +28,44 @@ from daemon.host.notify import sd_notify
 from daemon.host.systemd import SdbusSystemd, SystemdPort, open_system_bus
 from daemon.hoststate import HostStatus, StateHub, describe
 from daemon.inventory import Inventory
-from daemon.readiness import Prober
+from daemon.launch import write_launch
+from daemon.reconcile import reconcile
+from daemon.recorder import RunRecorder
 from daemon.settings import Settings
 from daemon.store.queries import Store
-from daemon.switch import Switcher
+from daemon.switch import Switcher, SwitchPorts
 from daemon.teardown_exec import Teardown
 from daemon.wiring import build_gpus, build_teardown
+
+log = logging.getLogger("k25.daemon")
+
+
+@contextlib.contextmanager
+def _reload_on_sighup(controller: Controller) -> Iterator[None]:
+    """`systemctl reload k25-ctl` (ExecReload sends SIGHUP): re-read the profiles folder, report it."""
+    loop = asyncio.get_running_loop()
+    pending: set[asyncio.Task[None]] = set()
+
+    async def reload() -> None:
+        sd_notify(f"RELOADING=1\nMONOTONIC_USEC={time.monotonic_ns() // 1000}")
+        result = await controller.reload()
+        log.info("reload: %d valid profiles, %d invalid", len(result.valid), len(result.invalid))
+        sd_notify(f"READY=1\nSTATUS={describe(controller.hub.status)}")
+
+    def on_hup() -> None:
+        task = asyncio.create_task(reload())
+        pending.add(task)
+        task.add_done_callback(pending.discard)
+
+    try:
+        loop.add_signal_handler(signal.SIGHUP, on_hup)
+    except (RuntimeError, ValueError):  # not the main thread (tests drive the app in-process)
+        yield
+        return
+    try:
+        yield
+    finally:
+        loop.remove_signal_handler(signal.SIGHUP)
 
 
 async def _notify_status(hub: StateHub) -> None:
@@ -54,7 +92,7 @@ class HostPorts:
     journal: JournalPort
     gpus: GpuView
     teardown: Teardown
-    prober: Prober
+    prober: EnginePort
 
 
 def real_ports(settings: Settings) -> HostPorts:
@@ -76,36 +114,37 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
         store = await asyncio.to_thread(Store.open, settings.database_path)
         host = ports(settings)
         inventory = Inventory(settings, host.systemd, host.gpus)
-        await inventory.reload_profiles()
-        hub = StateHub()
-        teardown, prober = host.teardown, host.prober
+        profiles = await inventory.reload_profiles()
+        recorder = RunRecorder(store, StateHub())
         switcher = Switcher(
-            profiles=lambda: inventory.profiles,
-            systemd=host.systemd,
-            journal=host.journal,
-            teardown=teardown,
+            profiles=inventory.reload_profiles,
+            ports=SwitchPorts(host.systemd, host.journal, host.teardown, host.prober),
             store=store,
-            prober=prober,
-            hub=hub,
+            recorder=recorder,
             default_profile=settings.default_profile,
             stop_timeout_s=settings.stop_timeout_s,
+            write_launch=lambda lp, run_id, argv: write_launch(settings, lp, run_id=run_id, argv=argv),
         )
         controller = Controller(
             inventory=inventory,
             switcher=switcher,
-            store=store,
-            teardown=teardown,
-            hub=hub,
+            recorder=recorder,
+            teardown=host.teardown,
             default_profile=settings.default_profile,
         )
-        controller.reconciled = await switcher.reconcile()
+        controller.reconciled = await reconcile(
+            profiles, systemd=host.systemd, teardown=host.teardown, recorder=recorder
+        )
         app.state.controller = controller
+        hub = recorder.hub
         sd_notify(f"READY=1\nSTATUS={describe(hub.status)}")
         notifier = asyncio.create_task(_notify_status(hub))
-        yield
+        with _reload_on_sighup(controller):
+            yield
         notifier.cancel()
         sd_notify("STOPPING=1\nSTATUS=stopping (engines keep running)")
-        await prober.aclose()
+        log.info("stopping; engine units keep running")
+        await host.prober.aclose()
 
     app = FastAPI(title="k25-ctl", lifespan=lifespan)
 
@@ -119,12 +158,14 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
         return await call_next(request)
 
     @app.exception_handler(K25Error)
-    async def _k25_error(_: Request, exc: K25Error) -> JSONResponse:
+    async def _k25_error(request: Request, exc: K25Error) -> JSONResponse:
+        if exc.status_code >= 500:
+            log.error("%s %s: %s", request.method, request.url.path, exc)
         return JSONResponse({"detail": str(exc)}, status_code=exc.status_code)
 
     @app.get("/healthz")
-    async def healthz() -> dict[str, str]:
-        return {"status": "ok"}
+    async def healthz() -> HealthOut:
+        return HealthOut(status="ok")
 
     app.include_router(routes.pages)
     app.include_router(routes.router)

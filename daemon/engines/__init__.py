@@ -21,5 +21,9 @@ def all_process_titles() -> tuple[str, ...]:
     return tuple(t for e in ENGINES.values() for t in e.process_titles)
 
 
+def all_front_end_titles() -> tuple[str, ...]:
+    return tuple(t for e in ENGINES.values() for t in e.front_end_titles)
+
+
 def all_shm_patterns() -> tuple[str, ...]:
     return tuple(dict.fromkeys(p for e in ENGINES.values() for p in e.shm_patterns))

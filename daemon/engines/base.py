@@ -124,6 +124,7 @@ class Engine(ABC):
     default_health_path: str | None = "/health"
     default_metrics_path: str | None = "/metrics"
     process_titles: tuple[str, ...] = ()  # fnmatch patterns of the engine's process titles
+    front_end_titles: tuple[str, ...] = ()  # its API server's title: may hold the port after a crash
     shm_patterns: tuple[str, ...] = COMMON_SHM_PATTERNS
     ready_res: tuple[re.Pattern[str], ...] = ()
     milestone_res: tuple[re.Pattern[str], ...] = ()

@@ -46,6 +46,7 @@ SHM_NAME = "sgl_shm_{token}"
 class SglangEngine(Engine):
     name = "sglang"
     process_titles = ("sglang::*",)
+    front_end_titles = ("*sglang.launch_server*",)
     shm_patterns = (*COMMON_SHM_PATTERNS, "sem.loky-*", "sgl_shm_*", "multi_tokenizer_args_*")
     ready_res = (re.compile(re.escape(LINE_READY)),)
     milestone_res = (

@@ -49,6 +49,7 @@ SHM_NAME = "psm_{token}"
 class VllmEngine(Engine):
     name = "vllm"
     process_titles = ("VLLM::*",)
+    front_end_titles = ("vllm serve *", "*vllm.entrypoints.openai.api_server*", "*vllm.entrypoints.cli.main*")
     shm_patterns = (*COMMON_SHM_PATTERNS, "vllm_offload_*.mmap", "VLLM_OBJECT_STORAGE_SHM_BUFFER*")
     ready_res = (
         re.compile(r"Application startup complete\."),

@@ -1,4 +1,5 @@
-"""GPUs: the real ones through NVML, or simulated ones for the sandbox. No NVML means no GPUs, not a crash.
+"""GPUs: the real ones through NVML, or simulated ones for the sandbox. NVML that cannot be read is an
+error (GpuUnavailable), never "no GPUs": a teardown must not report clean GPUs it could not see.
 Importable without the web stack (the device machine has no FastAPI)."""
 
 from __future__ import annotations
@@ -9,7 +10,14 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
+from daemon.errors import K25Error
 from daemon.host.procs import ProcessView
+
+
+class GpuUnavailable(K25Error):
+    """The GPUs cannot be read (NVML missing, not initialised, or failing)."""
+
+    status_code = 503
 
 
 @dataclass(frozen=True)
@@ -31,6 +39,9 @@ class GpuInfo:
 
 
 class GpuView(Protocol):
+    # True where GPUs are expected (NVML, simulated): a GPU that cannot be seen is then an error.
+    required: bool
+
     def gpus(self, *, light: bool = False) -> list[GpuInfo]: ...
     def driver_version(self) -> str | None: ...
 
@@ -39,37 +50,44 @@ MIB = 1024 * 1024
 
 
 class NvmlGpus:
-    """NVML, initialised on first use; every failure to reach it means "no GPUs"."""
+    """NVML, initialised on first use (and tried again after a failure); every failure to read it raises
+    GpuUnavailable with NVML's own message."""
+
+    required = True
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._nvml: Any = None
-        self._failed = False
 
     def _lib(self) -> Any:
         with self._lock:
-            if self._nvml is None and not self._failed:
+            if self._nvml is None:
                 try:
                     import pynvml
 
                     pynvml.nvmlInit()
-                    self._nvml = pynvml
-                except Exception:
-                    self._failed = True
+                except Exception as e:  # ImportError, NVMLError (no driver, no library): both mean unreadable
+                    raise GpuUnavailable(f"NVML cannot be initialised: {e}") from e
+                self._nvml = pynvml
             return self._nvml
 
     def driver_version(self) -> str | None:
-        nv = self._lib()
-        if nv is None:
+        try:
+            nv = self._lib()
+            v = nv.nvmlSystemGetDriverVersion()
+        except Exception:
             return None
-        v = nv.nvmlSystemGetDriverVersion()
         return v.decode() if isinstance(v, bytes) else str(v)
 
     def gpus(self, *, light: bool = False) -> list[GpuInfo]:
         """All GPUs; `light` reads only memory and processes (what teardown needs, fast)."""
         nv = self._lib()
-        if nv is None:
-            return []
+        try:
+            return self._read(nv, light)
+        except nv.NVMLError as e:
+            raise GpuUnavailable(f"NVML failed: {e}") from e
+
+    def _read(self, nv: Any, light: bool) -> list[GpuInfo]:
         out = []
         for i in range(nv.nvmlDeviceGetCount()):
             h = nv.nvmlDeviceGetHandleByIndex(i)
@@ -111,6 +129,10 @@ def _optional(read: Any, nv: Any) -> Any:
 
 
 class NoGpus:
+    """A host configured without GPUs (gpu_backend = "none")."""
+
+    required = False
+
     def gpus(self, *, light: bool = False) -> list[GpuInfo]:
         return []
 
@@ -124,6 +146,8 @@ DEVICE_INDEX_RE = re.compile(r"nvidia(\d+)$")
 class SimulatedGpus:
     """GPUs of the sandbox: device N is the fake file `<dir>/nvidiaN`; a live process that maps it holds
     `holder_mib` of its memory. So memory is used only while a holder lives, as on a real GPU."""
+
+    required = True
 
     def __init__(
         self,

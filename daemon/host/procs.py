@@ -37,6 +37,7 @@ class ProcessView(Protocol):
         self, device_glob: str, shm_glob: str | None = None, *, with_fds: bool = True
     ) -> list[ProcInfo]: ...
     def cgroup_pids(self, control_group: str) -> list[int]: ...
+    def listeners(self, ports: tuple[int, ...]) -> dict[int, list[int | None]]: ...
 
 
 def _read(path: Path) -> str:
@@ -192,6 +193,21 @@ class ProcfsProcesses:
                     shm_files=tuple(dict.fromkeys((*opened[1], *mapped[1]))) if shm_glob else (),
                 )
             )
+        return out
+
+    def listeners(self, ports: tuple[int, ...]) -> dict[int, list[int | None]]:
+        """Port -> PIDs listening on it over TCP (None: a socket whose process is outside our PID
+        namespace). psutil maps the kernel's socket table to PIDs through /proc/PID/fd."""
+        import psutil
+
+        if not ports:
+            return {}
+        out: dict[int, list[int | None]] = {}
+        for c in psutil.net_connections(kind="tcp"):
+            if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port in ports:
+                pids = out.setdefault(c.laddr.port, [])
+                if c.pid not in pids:
+                    pids.append(c.pid)
         return out
 
     def cgroup_pids(self, control_group: str) -> list[int]:

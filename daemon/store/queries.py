@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from dataclasses import dataclass
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine
+from sqlalchemy import Engine, func
+from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, select
 
+from daemon.errors import StoreError
+from daemon.run_types import FINAL_OUTCOMES, NewRun, Outcome, Phase, Progress
 from daemon.store.db import make_engine, upgrade
 from daemon.store.models import Run, RunEvent, TeardownRecord, utcnow
-
-FINAL = ("active", "failed", "cancelled", "interrupted", "degraded", "noop", "ok", "needs_reset")
 
 
 @dataclass(frozen=True)
@@ -23,9 +26,30 @@ class RunView:
     teardowns: list[TeardownRecord]
 
 
+@dataclass(frozen=True)
+class MetricsSummary:
+    """What /metrics exports from the database."""
+
+    counts: dict[tuple[str, str], int] = field(default_factory=dict)
+    load_seconds: dict[str, float] = field(default_factory=dict)  # each profile's last good switch
+    switch_seconds: dict[str, float] = field(default_factory=dict)
+    teardown_seconds: float | None = None
+
+
 class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[Session]:
+        """A session; any database failure (locked, disk full, corrupt) becomes a StoreError here."""
+        try:
+            with Session(self.engine) as s:
+                yield s
+        except SQLAlchemyError as e:
+            raise StoreError(
+                f"the runs database failed: {e.__class__.__name__}: {e.args[0] if e.args else e}"
+            ) from e
 
     @classmethod
     def open(cls, path: Path) -> Store:
@@ -36,72 +60,63 @@ class Store:
             pass
         return cls(engine)
 
-    def create_run(
-        self,
-        *,
-        kind: str,
-        profile: str | None,
-        from_profile: str | None = None,
-        parent_id: int | None = None,
-        argv: list[str] | None = None,
-        profile_sha256: str | None = None,
-        unit: str | None = None,
-    ) -> int:
-        with Session(self.engine) as s:
-            run = Run(
-                kind=kind,
-                profile=profile,
-                from_profile=from_profile,
-                parent_id=parent_id,
-                argv=json.dumps(argv) if argv is not None else None,
-                profile_sha256=profile_sha256,
-                unit=unit,
-            )
+    def create_run(self, new: NewRun) -> int:
+        with self._session() as s:
+            fields = asdict(new) | {"argv": json.dumps(new.argv) if new.argv is not None else None}
+            run = Run(**fields)
             s.add(run)
             s.commit()
             return _id(run.id)
 
-    def add_event(self, *, run_id: int, phase: str, detail: str = "", **fields: Any) -> int:
-        """One event, and the run's current phase (plus any run fields given) in the same transaction;
-        returns the event's id."""
-        with Session(self.engine) as s:
+    def add_event(
+        self,
+        *,
+        run_id: int,
+        phase: Phase,
+        detail: str = "",
+        progress: Progress | None = None,
+        load_seconds: float | None = None,
+    ) -> int:
+        """One event and the run's current phase (its load progress, its load time once HTTP is up) in
+        one transaction; returns the event's id."""
+        with self._session() as s:
+            run = _get(s, run_id)
             event = RunEvent(run_id=run_id, phase=phase, detail=detail)
-            s.add(event)
-            run = s.get(Run, run_id)
-            if run is not None:
-                run.phase = phase
-                for k, v in fields.items():
-                    setattr(run, k, v)
-                s.add(run)
+            run.phase = phase
+            if progress is not None:
+                run.progress_percent, run.progress_done = progress.percent, progress.done
+                run.progress_total = progress.total
+            if load_seconds is not None:
+                run.load_seconds = load_seconds
+            s.add_all([event, run])
             s.commit()
             return _id(event.id)
 
-    def finish_run(self, *, run_id: int, outcome: str, error: str | None = None, **fields: Any) -> int:
-        """The run's outcome and end, and its last event; returns that event's id."""
-        with Session(self.engine) as s:
-            run = s.get(Run, run_id)
-            if run is None:
-                raise LookupError(f"no run {run_id}")
-            run.outcome, run.ended_at = outcome, utcnow()
+    def finish_run(
+        self, *, run_id: int, outcome: Outcome, error: str | None = None, load_seconds: float | None = None
+    ) -> int:
+        """The run's outcome, end and final phase, and its last event; returns that event's id."""
+        with self._session() as s:
+            run = _get(s, run_id)
+            run.outcome, run.ended_at, run.phase = outcome, utcnow(), outcome.phase
             if error is not None:
                 run.error = error
-            for k, v in fields.items():
-                setattr(run, k, v)
-            s.add(run)
-            event = RunEvent(run_id=run_id, phase=outcome, detail=error or "")
-            s.add(event)
+            if load_seconds is not None:
+                run.load_seconds = load_seconds
+            event = RunEvent(run_id=run_id, phase=outcome.phase, detail=error or "")
+            s.add_all([event, run])
             s.commit()
             return _id(event.id)
 
     def save_teardown(self, *, run_id: int | None, ok: bool, report: dict[str, Any]) -> int:
-        with Session(self.engine) as s:
+        with self._session() as s:
             rec = TeardownRecord(run_id=run_id, ok=ok, report=json.dumps(report, default=str))
             s.add(rec)
             s.commit()
             return _id(rec.id)
 
     def get_run(self, *, run_id: int) -> RunView | None:
-        with Session(self.engine) as s:
+        with self._session() as s:
             run = s.get(Run, run_id)
             if run is None:
                 return None
@@ -112,7 +127,7 @@ class Store:
             return RunView(run, list(events), list(tds))
 
     def list_runs(self, *, profile: str | None = None, limit: int = 50) -> list[Run]:
-        with Session(self.engine) as s:
+        with self._session() as s:
             q = select(Run).order_by(col(Run.id).desc()).limit(limit)
             if profile:
                 q = q.where(Run.profile == profile)
@@ -120,49 +135,60 @@ class Store:
 
     def mark_interrupted(self) -> list[int]:
         """Runs left unfinished by a daemon that died: they end as `interrupted`."""
-        with Session(self.engine) as s:
-            runs = s.exec(select(Run).where(col(Run.outcome).not_in(FINAL))).all()
+        with self._session() as s:
+            runs = s.exec(select(Run).where(col(Run.outcome).not_in(FINAL_OUTCOMES))).all()
             for run in runs:
-                run.outcome, run.ended_at = "interrupted", utcnow()
+                run.outcome, run.ended_at = Outcome.INTERRUPTED, utcnow()
+                run.phase = Phase.INTERRUPTED
                 s.add(run)
                 s.add(
                     RunEvent(
-                        run_id=run.id or 0, phase="interrupted", detail="the daemon stopped during the run"
+                        run_id=run.id or 0,
+                        phase=Phase.INTERRUPTED,
+                        detail="the daemon stopped during the run",
                     )
                 )
             s.commit()
             return [r.id for r in runs if r.id is not None]
 
-    def metrics_summary(self) -> dict[str, Any]:
-        """What /metrics exports from the database: run counts, each profile's last load and switch
-        durations, the last teardown's duration."""
-        with Session(self.engine) as s:
-            runs = s.exec(select(Run).order_by(col(Run.id))).all()
+    def metrics_summary(self) -> MetricsSummary:
+        """Aggregated in SQL (one scrape must not read every run): counts by kind and outcome, each
+        profile's newest good switch, the newest teardown's duration."""
+        with self._session() as s:
+            counts = s.exec(select(Run.kind, Run.outcome, func.count()).group_by(Run.kind, Run.outcome)).all()
+            newest = (
+                select(func.max(Run.id))
+                .where(Run.outcome == Outcome.ACTIVE, col(Run.profile).is_not(None))
+                .group_by(Run.profile)
+            )
+            good = s.exec(select(Run).where(col(Run.id).in_(newest))).all()
             last_td = s.exec(select(TeardownRecord).order_by(col(TeardownRecord.id).desc()).limit(1)).first()
-        counts: dict[tuple[str, str], int] = {}
-        load: dict[str, float] = {}
-        switch: dict[str, float] = {}
-        for r in runs:
-            counts[(r.kind, r.outcome)] = counts.get((r.kind, r.outcome), 0) + 1
-            if r.outcome == "active" and r.profile:
-                if r.load_seconds is not None:
-                    load[r.profile] = r.load_seconds
-                if r.ended_at:
-                    switch[r.profile] = (r.ended_at - r.started_at).total_seconds()
-        teardown_s = json.loads(last_td.report).get("steps", {}).get("total_s") if last_td else None
-        return {
-            "counts": counts,
-            "load_seconds": load,
-            "switch_seconds": switch,
-            "teardown_seconds": teardown_s,
-        }
+        return MetricsSummary(
+            counts={(k, o): int(n) for k, o, n in counts},
+            load_seconds={
+                r.profile: r.load_seconds for r in good if r.profile and r.load_seconds is not None
+            },
+            switch_seconds={
+                r.profile: (r.ended_at - r.started_at).total_seconds()
+                for r in good
+                if r.profile and r.ended_at
+            },
+            teardown_seconds=json.loads(last_td.report).get("steps", {}).get("total_s") if last_td else None,
+        )
 
     def last_good_profile(self) -> str | None:
         """The profile of the newest run that ended active: what rollback returns to."""
-        with Session(self.engine) as s:
-            q = select(Run).where(Run.outcome == "active").order_by(col(Run.id).desc()).limit(1)
+        with self._session() as s:
+            q = select(Run).where(Run.outcome == Outcome.ACTIVE).order_by(col(Run.id).desc()).limit(1)
             run = s.exec(q).first()
             return run.profile if run else None
+
+
+def _get(s: Session, run_id: int) -> Run:
+    run = s.get(Run, run_id)
+    if run is None:
+        raise LookupError(f"no run {run_id}")
+    return run
 
 
 def _id(value: int | None) -> int:

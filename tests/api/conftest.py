@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
-import os
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
+from fastapi import FastAPI
 
 from daemon.api.app import HostPorts, create_app
 from daemon.host.gpu import NoGpus
@@ -26,6 +28,14 @@ class Env:
     prober: FakeProber
     settings: Settings
     auth: dict[str, str]
+    app: FastAPI
+    journal: FakeJournal
+
+
+@pytest.fixture(autouse=True)
+def _no_config_file(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Settings come from the test alone, never from this machine's /etc/k25-ctl (undone after each test)."""
+    monkeypatch.setenv("K25_CONFIG", str(tmp_path / "absent.toml"))
 
 
 def make_settings(tmp_path: Path, **overrides: object) -> Settings:
@@ -38,7 +48,6 @@ def make_settings(tmp_path: Path, **overrides: object) -> Settings:
     if not token.exists():
         token.write_text(TOKEN + "\n")
         token.chmod(0o600)
-    os.environ["K25_CONFIG"] = str(tmp_path / "absent.toml")
     return Settings(config_dir=tmp_path, state_dir=tmp_path / "state", check_model_paths=False, gpu_backend="none",
                     **overrides)  # type: ignore[arg-type]  # fmt: skip
 
@@ -57,10 +66,20 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     def ports(_: Settings) -> HostPorts:
         return HostPorts(
             systemd=systemd, journal=journal, gpus=NoGpus(), teardown=fake_teardown(), prober=prober
-        )  # type: ignore[arg-type]
+        )
 
     app = create_app(settings, ports)
     async with app.router.lifespan_context(app):
         transport = httpx.ASGITransport(app=app)
         async with httpx.AsyncClient(transport=transport, base_url="http://k25") as client:
-            yield Env(client, systemd, prober, settings, {"Authorization": f"Bearer {TOKEN}"})
+            yield Env(client, systemd, prober, settings, {"Authorization": f"Bearer {TOKEN}"}, app, journal)
+
+
+async def wait_run(env: Env, run_id: int) -> Any:
+    """The run once it has ended (a deadline of many short event-loop turns; the fakes are instant)."""
+    for _ in range(1000):
+        run = (await env.client.get(f"/runs/{run_id}")).json()
+        if run["outcome"] != "running":
+            return run
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"run {run_id} did not end")

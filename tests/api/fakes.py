@@ -8,15 +8,16 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 
+from daemon.engine_client import ProbeFailed, ProbeProgress
+from daemon.engines.base import Engine
 from daemon.errors import UnitNotFound
-from daemon.host.gpu import NoGpus
+from daemon.host.gpu import GpuInfo, GpuUnavailable, GpuView, NoGpus
 from daemon.host.journal import JournalRecord
 from daemon.host.procs import ProcInfo
 from daemon.host.shm import ShmEntry
 from daemon.host.signals import PidfdControl
 from daemon.host.systemd import JobOutcome, UnitState
 from daemon.profiles import Profile
-from daemon.readiness import ProbeFailed
 from daemon.teardown import TeardownPolicy
 from daemon.teardown_exec import Teardown
 
@@ -29,6 +30,7 @@ class FakeJournal:
     def __init__(self) -> None:
         self.lines: dict[str, list[str]] = {}
         self.queues: dict[str, list[asyncio.Queue[str]]] = {}
+        self.unreadable: set[str] = set()  # units whose journal cannot be followed (journalctl missing...)
 
     def log(self, unit: str, line: str) -> None:
         self.lines.setdefault(unit, []).append(line)
@@ -39,6 +41,8 @@ class FakeJournal:
     async def follow(
         self, unit: str, *, after_cursor: str | None = None
     ) -> AsyncIterator[AsyncIterator[JournalRecord]]:
+        if unit in self.unreadable:
+            raise FileNotFoundError(2, "No such file or directory", "journalctl")
         q: asyncio.Queue[str] = asyncio.Queue()
         self.queues.setdefault(unit, []).append(q)
 
@@ -134,14 +138,15 @@ class FakeProber:
         self.gate.set()
         self.broken: set[str] = set()
 
-    async def health(self, profile: Profile) -> int | None:
+    async def health(self, profile: Profile, engine: Engine) -> int | None:
         st = self.systemd.states.get(profile.unit)
         return 200 if st is not None and st.active_state == "active" else None
 
-    async def generate(self, profile: Profile) -> int:
+    async def generate(self, profile: Profile, engine: Engine, progress: ProbeProgress) -> int:
         await self.gate.wait()
         if profile.name in self.broken:
             raise ProbeFailed("probe completion answered HTTP 500")
+        progress.chunks += 1
         return 1
 
     async def aclose(self) -> None:
@@ -156,6 +161,9 @@ class NoProcs:
 
     def cgroup_pids(self, control_group: str) -> list[int]:
         return []
+
+    def listeners(self, ports: tuple[int, ...]) -> dict[int, list[int | None]]:
+        return {}
 
 
 class NoShm:
@@ -173,7 +181,19 @@ class NoShm:
         return "fake"
 
 
-def fake_teardown() -> Teardown:
+class BrokenNvml:
+    """NVML that fails on every read (a driver gone bad): GPUs are expected but cannot be seen."""
+
+    required = True
+
+    def gpus(self, *, light: bool = False) -> list[GpuInfo]:
+        raise GpuUnavailable("NVML failed: Unknown Error")
+
+    def driver_version(self) -> str | None:
+        return None
+
+
+def fake_teardown(gpus: GpuView | None = None) -> Teardown:
     policy = TeardownPolicy("/dev/nvidia*", ("VLLM::*",), ("psm_*",), ())
-    return Teardown(NoProcs(), NoGpus(), NoShm(), PidfdControl(), policy, term_grace_s=1, kill_grace_s=1,
+    return Teardown(NoProcs(), gpus or NoGpus(), NoShm(), PidfdControl(), policy, term_grace_s=1, kill_grace_s=1,
                     verify_timeout_s=1, verify_samples=1, slack_mib=0)  # fmt: skip

@@ -13,17 +13,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from daemon.api.app import HostPorts, create_app
 from daemon.errors import K25Error
 from daemon.host.gpu import NoGpus
-from tests.api.conftest import Env, make_settings
-from tests.api.fakes import FakeJournal, FakeProber, FakeSystemd, fake_teardown
-
-
-async def _wait(env: Env, run_id: int) -> dict:
-    for _ in range(500):
-        run = (await env.client.get(f"/runs/{run_id}")).json()
-        if run["outcome"] != "running":
-            return run
-        await asyncio.sleep(0.01)
-    raise AssertionError("run did not end")
+from tests.api.conftest import Env, make_settings, wait_run
+from tests.api.fakes import BrokenNvml, FakeJournal, FakeProber, FakeSystemd, fake_teardown
 
 
 async def test_reads(env: Env) -> None:
@@ -75,7 +66,7 @@ async def test_activate_202_location_then_noop(env: Env) -> None:
     assert r.status_code == 202
     run_id = r.json()["run_id"]
     assert r.headers["location"] == f"/runs/{run_id}"
-    run = await _wait(env, run_id)
+    run = await wait_run(env, run_id)
     assert run["outcome"] == "active"
     progress = [e["detail"] for e in run["events"] if e["phase"] == "loading" and "%" in e["detail"]]
     assert progress == ["0% (0/4)", "25% (1/4)", "50% (2/4)", "75% (3/4)", "100% (4/4)"]
@@ -100,7 +91,7 @@ async def test_busy_is_409_naming_the_run_and_cancel(env: Env) -> None:
     assert (await c.post("/runs/999/cancel", headers=env.auth)).status_code == 422
     r = await c.post(f"/runs/{run_id}/cancel", headers=env.auth)
     assert r.status_code == 202
-    run = await _wait(env, run_id)
+    run = await wait_run(env, run_id)
     assert run["outcome"] == "cancelled"
     env.prober.gate.set()
 
@@ -141,15 +132,39 @@ async def test_restore_run_events_sse_and_metrics(env: Env) -> None:
 async def test_maintenance_teardown_when_idle(env: Env) -> None:
     r = await env.client.post("/teardown", headers=env.auth)
     assert r.status_code == 200
-    assert r.json()["report"]["ok"] is True
+    assert r.json()["report"]["ok"] is True  # gpu_backend "none": no GPUs are expected here
+
+
+async def test_maintenance_teardown_fails_where_gpus_cannot_be_read(tmp_path: Path) -> None:
+    """With NVML expected but failing, the teardown must say so, never "GPUs clean" over an empty list."""
+    settings = make_settings(tmp_path)
+    journal = FakeJournal()
+    systemd = FakeSystemd(journal, set())
+    ports = HostPorts(systemd=systemd, journal=journal, gpus=BrokenNvml(), teardown=fake_teardown(BrokenNvml()),
+                      prober=FakeProber(systemd))  # fmt: skip
+    app = create_app(settings, lambda _: ports)
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://k25") as c:
+            r = await c.post("/teardown", headers={"Authorization": "Bearer s3cret-token"})
+            assert r.status_code == 200
+            report = r.json()["report"]
+            assert report["ok"] is False
+            assert "cannot verify the GPUs: NVML failed" in report["error"]
+            run = (await c.get(f"/runs/{r.json()['run_id']}")).json()
+            assert (run["outcome"], run["phase"]) == ("failed", "failed")
+            st = (await c.get("/status")).json()
+            assert st["gpus"] == []
+            assert "NVML failed" in st["gpu_error"]
+            metrics = (await c.get("/metrics")).text
+            assert "k25_gpu_readable 0.0" in metrics
 
 
 async def test_reads_can_require_the_token(tmp_path: Path) -> None:
     settings = make_settings(tmp_path, reads_require_token=True)
     journal = FakeJournal()
     systemd = FakeSystemd(journal, set())
-    ports = HostPorts(systemd=systemd, journal=journal, gpus=NoGpus(), teardown=fake_teardown(),  # type: ignore[arg-type]
-                      prober=FakeProber(systemd))  # type: ignore[arg-type]  # fmt: skip
+    ports = HostPorts(systemd=systemd, journal=journal, gpus=NoGpus(), teardown=fake_teardown(),
+                      prober=FakeProber(systemd))  # fmt: skip
     app = create_app(settings, lambda _: ports)
     async with app.router.lifespan_context(app):
         async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://k25") as c:
@@ -182,5 +197,5 @@ async def test_two_requests_at_once_start_one_switch(env: Env) -> None:
     assert sorted((a.status_code, b.status_code)) == [202, 409]
     env.prober.gate.set()
     accepted = a if a.status_code == 202 else b
-    assert (await _wait(env, accepted.json()["run_id"]))["outcome"] == "active"
+    assert (await wait_run(env, accepted.json()["run_id"]))["outcome"] == "active"
     assert len((await env.client.get("/runs")).json()) == 1

@@ -5,6 +5,7 @@ exactly those children."""
 from __future__ import annotations
 
 import os
+import site
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
@@ -12,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.host.gpu import NvmlGpus
+from daemon.host.gpu import GpuUnavailable, NvmlGpus
 
 HOLDER = Path(__file__).with_name("holder.py")
 
@@ -26,20 +27,30 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 @pytest.fixture(scope="session")
 def nvml() -> NvmlGpus:
     gpus = NvmlGpus()
-    if not gpus.gpus():
+    try:
+        found = gpus.gpus()
+    except GpuUnavailable:
+        found = []
+    if not found:
         pytest.skip("NVML finds no GPU here (GPU tests run on the device machine)")
     return gpus
 
 
+Holders = Callable[..., subprocess.Popen[str]]
+
+
 @pytest.fixture
-def holders() -> Iterator[Callable[[int, float], subprocess.Popen[str]]]:
+def holders() -> Iterator[Holders]:
     started: list[subprocess.Popen[str]] = []
 
-    def start(gpu: int, gib: float) -> subprocess.Popen[str]:
+    def start(gpu: int, gib: float, title: str | None = None) -> subprocess.Popen[str]:
+        """A CUDA process holding `gib` on GPU `gpu`; `title` replaces its argv[0] (what ps shows), as an
+        engine's worker title would."""
         env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES=str(gpu))  # NVML's index
-        p = subprocess.Popen(
-            [sys.executable, str(HOLDER), "0", str(gib)], stdout=subprocess.PIPE, text=True, env=env
-        )
+        if title:  # with another argv[0] Python no longer finds its venv: hand it this one's packages
+            env["PYTHONPATH"] = os.pathsep.join([*site.getsitepackages(), *sys.path[1:]])
+        argv = [title or sys.executable, str(HOLDER), "0", str(gib)]
+        p = subprocess.Popen(argv, executable=sys.executable, stdout=subprocess.PIPE, text=True, env=env)
         started.append(p)
         assert p.stdout is not None
         assert p.stdout.readline().strip() == "ready"

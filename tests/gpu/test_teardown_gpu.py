@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -17,8 +15,8 @@ from daemon.host.shm import DevShm
 from daemon.host.signals import PidfdControl
 from daemon.teardown import TeardownPolicy
 from daemon.teardown_exec import Teardown, verify
+from tests.gpu.conftest import Holders
 
-Holders = Callable[[int, float], subprocess.Popen[str]]
 POLICY = TeardownPolicy(
     "/dev/nvidia*", ("VLLM::*", "sglang::*"), ("psm_*",), ("nvidia-persistenced", "nvidia-smi")
 )
@@ -87,3 +85,58 @@ def test_per_gpu_verification(nvml: NvmlGpus, holders: Holders, tmp_path: Path) 
     assert [g["index"] for g in report.verify.gpus] == [0, 1]
     assert all(g["clean"] for g in report.verify.gpus)
     print("per-GPU verify:", report.verify.gpus, f"{report.steps['total_s']:.3f}s")
+
+
+def test_an_engine_titled_holder_on_another_gpu_survives(
+    nvml: NvmlGpus, holders: Holders, tmp_path: Path
+) -> None:
+    """Seen on an H200: a VLLM::Worker holding GPU 1 was killed by a teardown of GPU 0, for its title alone."""
+    if len(nvml.gpus()) < 2:
+        pytest.skip("needs two GPUs (nvidia-h200-x2)")
+    other = holders(1, 4, "VLLM::Worker_TP1")
+    mine = holders(0, 4, "VLLM::Worker_TP0")
+    teardown = _teardown(nvml, tmp_path)
+    plan = asyncio.run(teardown.plan((0,)))
+    spared = {s.pid: s.reason for s in plan.spared}
+    print(
+        "GPU 0 plan victims:",
+        {v.pid: v.reasons for v in plan.victims},
+        "spared other:",
+        spared.get(other.pid),
+    )
+    assert spared[other.pid] == "holds GPU 1 only, outside this teardown's GPUs (0)"
+    _safe_plan(teardown, (0,), {mine.pid})
+    report = asyncio.run(teardown.run((0,)))
+    assert report.ok, report.error
+    assert mine.wait(timeout=10) < 0
+    assert other.poll() is None  # still alive, still holding GPU 1
+    assert other.pid in [p.pid for p in nvml.gpus()[1].processes] or nvml.gpus()[1].memory_used_mib > 4 * 1024
+    print(
+        "after GPU 0 teardown:",
+        f"{report.steps['total_s']:.3f}s",
+        "GPU 1 used",
+        nvml.gpus()[1].memory_used_mib,
+        "MiB",
+    )
+
+
+def test_a_forced_nvml_failure_fails_verify(
+    nvml: NvmlGpus, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import pynvml
+
+    assert asyncio.run(verify(nvml, (0,), idle_mib={}, slack_mib=1024, samples=2, within_s=5)).ok
+
+    def broken(_handle: object) -> object:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_GPU_IS_LOST)
+
+    monkeypatch.setattr(pynvml, "nvmlDeviceGetMemoryInfo", broken)
+    failed = asyncio.run(verify(nvml, (0,), idle_mib={}, slack_mib=1024, samples=2, within_s=5))
+    print("verify with NVML failing:", failed.ok, failed.message)
+    assert not failed.ok
+    assert failed.message.startswith("cannot verify the GPUs: NVML failed")
+    teardown = _teardown(nvml, tmp_path)
+    _safe_plan(teardown, (0,), set())  # without NVML, only mappings and titles: none of them may be ours
+    report = asyncio.run(teardown.run((0,)))
+    print("teardown with NVML failing:", report.ok, report.error)
+    assert not report.ok

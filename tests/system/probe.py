@@ -8,6 +8,7 @@ import asyncio
 import json
 import sys
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import asdict
 from typing import Any
 
@@ -251,7 +252,7 @@ async def metrics(unit: str, profile: str) -> dict[str, Any]:
     return asdict(engine.usage_delta(p, before, after))
 
 
-SCENARIOS = {
+SCENARIOS: dict[str, Callable[..., Coroutine[Any, Any, Any]]] = {
     "jobs": jobs,
     "stop_ready": stop_ready,
     "start_ready": start_ready,

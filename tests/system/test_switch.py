@@ -4,16 +4,17 @@ from __future__ import annotations
 
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 from daemon.sandbox.sandbox import SandboxInfo
 from tests.sandboxing import Api, inside
 
 
-def _phases(run: dict) -> list[str]:
+def _phases(run: dict[str, Any]) -> list[str]:
     return [e["phase"] for e in run["events"]]
 
 
-def _percents(run: dict) -> set[str]:
+def _percents(run: dict[str, Any]) -> set[str]:
     return {
         e["detail"].split("%")[0] for e in run["events"] if e["phase"] == "loading" and "%" in e["detail"]
     }

@@ -155,3 +155,16 @@ def test_probe_is_a_small_streamed_completion() -> None:
     assert body["stream"] is True
     assert body["model"] == "kimi"
     assert body["max_tokens"] <= 8
+
+
+def test_failure_excerpt_keeps_the_root_cause_before_the_tail() -> None:
+    from daemon.switch import failure_excerpt
+
+    cause = "ValueError: Available memory on node 0 (0.5 GiB) is less than requested memory for kv (500 GiB)"
+    tail = [f"noise {i}" for i in range(40)] + [cause, "RuntimeError: Engine core initialization failed."]
+    errors = [cause, "RuntimeError: Engine core initialization failed."]
+    text = failure_excerpt(errors, tail[-30:], limit=30).splitlines()
+    assert text[0] == cause  # today's `[*errors, *tail][-30:]` pushed it out
+    assert len(text) == 30
+    assert text[-1] == "noise 39"
+    assert failure_excerpt([], ["a", "b"], limit=1) == "b"

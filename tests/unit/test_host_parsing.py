@@ -72,6 +72,9 @@ class _Procs:
     def cgroup_pids(self, control_group: str) -> list[int]:
         return []
 
+    def listeners(self, ports: tuple[int, ...]) -> dict[int, list[int | None]]:
+        return {}
+
 
 def test_simulated_gpu_counts_only_live_holders() -> None:
     procs = _Procs([_proc(10, ("/s/dev/nvidia1",)), _proc(11, ("/s/dev/nvidia1",), state="Z")])

@@ -13,7 +13,8 @@ K25 = str(Path(sys.executable).parent / "k25-ctl")
 
 def _env(profiles: Path) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(K25_CONFIG="/nonexistent.toml", K25_PROFILES_DIR=str(profiles), K25_CHECK_MODEL_PATHS="false")
+    env.update(K25_CONFIG="/nonexistent.toml", K25_PROFILES_DIR=str(profiles), K25_CHECK_MODEL_PATHS="false",
+               K25_STATE_DIR=str(profiles / "state"))  # fmt: skip
     return env
 
 

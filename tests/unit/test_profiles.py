@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.profiles import InvalidProfile, load_profiles
+from daemon.engines.checks import load_checked_profiles as load_profiles
+from daemon.profiles import InvalidProfile
 
 GOOD = """
 engine = "vllm"

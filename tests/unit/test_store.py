@@ -5,8 +5,11 @@ from __future__ import annotations
 import sqlite3
 from pathlib import Path
 
+import pytest
 from alembic import command
 
+from daemon.errors import StoreError
+from daemon.run_types import NewRun, Outcome, Phase, Progress, RunKind
 from daemon.store.db import alembic_config, downgrade, upgrade
 from daemon.store.queries import Store
 
@@ -37,23 +40,53 @@ def test_wal_and_run_lifecycle(tmp_path: Path) -> None:
     with sqlite3.connect(tmp_path / "k25.db") as c:
         assert c.execute("pragma journal_mode").fetchone()[0] == "wal"
     run_id = store.create_run(
-        kind="switch", profile="vllm-eagle3", from_profile="baseline", argv=["vllm", "serve"]
+        NewRun(RunKind.SWITCH, "vllm-eagle3", from_profile="baseline", argv=["vllm", "serve"])
     )
-    store.add_event(run_id=run_id, phase="loading", detail="37% (24/64)", progress_percent=37)
+    store.add_event(run_id=run_id, phase=Phase.LOADING, detail="37% (24/64)", progress=Progress(37, 24, 64))
+    store.add_event(run_id=run_id, phase=Phase.PROBING, detail="HTTP up", load_seconds=12.5)
     store.save_teardown(run_id=run_id, ok=True, report={"ok": True})
-    store.finish_run(run_id=run_id, outcome="active", load_seconds=12.5)
+    store.finish_run(run_id=run_id, outcome=Outcome.ACTIVE)
     view = store.get_run(run_id=run_id)
     assert view is not None
     assert view.run.outcome == "active"
-    assert view.run.progress_percent == 37
-    assert [e.phase for e in view.events] == ["loading", "active"]
+    assert view.run.phase == "active"  # a finished run stays on its final phase
+    assert (view.run.progress_percent, view.run.progress_done, view.run.progress_total) == (37, 24, 64)
+    assert view.run.load_seconds == 12.5
+    assert [e.phase for e in view.events] == ["loading", "probing", "active"]
     assert len(view.teardowns) == 1
     assert store.last_good_profile() == "vllm-eagle3"
-    other = store.create_run(kind="switch", profile="sglang-eagle3")
+    other = store.create_run(NewRun(RunKind.SWITCH, "sglang-eagle3"))
     assert store.mark_interrupted() == [other]
     assert store.get_run(run_id=other).run.outcome == "interrupted"  # type: ignore[union-attr]
     assert [r.id for r in store.list_runs(profile="vllm-eagle3")] == [run_id]
     assert [r.id for r in store.list_runs(limit=1)] == [other]
+
+
+def test_metrics_summary_in_sql(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "k25.db")
+    ids = {}
+    for profile, load in (("a", 10.0), ("a", 20.0), ("b", 5.0)):
+        ids[profile] = store.create_run(NewRun(RunKind.SWITCH, profile))
+        store.add_event(run_id=ids[profile], phase=Phase.PROBING, load_seconds=load)
+        store.finish_run(run_id=ids[profile], outcome=Outcome.ACTIVE)
+    failed = store.create_run(NewRun(RunKind.SWITCH, "b"))
+    store.add_event(run_id=failed, phase=Phase.PROBING, load_seconds=99.0)
+    store.finish_run(run_id=failed, outcome=Outcome.FAILED)
+    store.save_teardown(run_id=failed, ok=True, report={"steps": {"total_s": 0.25}})
+    summary = store.metrics_summary()
+    assert summary.counts == {("switch", "active"): 3, ("switch", "failed"): 1}
+    assert summary.load_seconds == {"a": 20.0, "b": 5.0}  # each profile's newest good switch only
+    assert set(summary.switch_seconds) == {"a", "b"}
+    assert summary.teardown_seconds == 0.25
+
+
+def test_database_errors_become_store_errors(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "k25.db")
+    run_id = store.create_run(NewRun(RunKind.SWITCH, "a"))
+    with sqlite3.connect(tmp_path / "k25.db") as c:
+        c.execute("DROP TABLE run_events")
+    with pytest.raises(StoreError, match="runs database failed"):
+        store.add_event(run_id=run_id, phase=Phase.STOP)
 
 
 def test_db_upgrade_command(tmp_path: Path) -> None:

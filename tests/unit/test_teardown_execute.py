@@ -9,17 +9,20 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from daemon.host.gpu import SimulatedGpus
+from daemon.errors import Refused
+from daemon.host.gpu import GpuUnavailable, NoGpus, NvmlGpus, SimulatedGpus
 from daemon.host.procs import ProcfsProcesses
 from daemon.host.shm import DevShm
 from daemon.host.signals import PidfdControl
 from daemon.teardown import TeardownPolicy
-from daemon.teardown_exec import Teardown
+from daemon.teardown_exec import Teardown, execute, verify
+from tests.api.fakes import BrokenNvml
 
 CHILD = """
 import mmap, os, signal, sys, time, setproctitle
@@ -45,6 +48,7 @@ class World:
     shm: Path
     tmp: Path
     start: Callable[..., subprocess.Popen[str]]
+    children: list[subprocess.Popen[str]]
 
 
 @pytest.fixture
@@ -69,7 +73,7 @@ def world(tmp_path: Path) -> Iterator[World]:
         assert c.stdout.readline().strip() == "ready"
         return c
 
-    yield World(tag, dev, shm, tmp_path, start)
+    yield World(tag, dev, shm, tmp_path, start, children)
     for c in children:
         if c.poll() is None:
             c.kill()
@@ -117,10 +121,6 @@ async def test_teardown_sigterm_sigkill_shm_and_verify(world: World) -> None:
 
 
 async def test_refuse_policy_raises_and_touches_nothing(world: World) -> None:
-    from dataclasses import replace
-
-    from daemon.errors import Refused
-
     tag, dev, shm, start = world.tag, world.dev, world.shm, world.start
     holder = start(f"{tag}::Worker_TP0", str(dev / "nvidia0"))
     procs = ProcfsProcesses()
@@ -132,4 +132,97 @@ async def test_refuse_policy_raises_and_touches_nothing(world: World) -> None:
         await teardown.run()
     assert holder.poll() is None
     assert (shm / "psm_stale").exists()
-    assert replace(policy, foreign="kill").foreign == "kill"
+    # The same holder under policy `kill` goes: the refusal above came from the policy alone.
+    teardown.policy = replace(policy, foreign="kill")
+    report = await teardown.run()
+    assert [o.pid for o in report.processes] == [holder.pid]
+    assert holder.wait(timeout=10) != 0
+
+
+def _teardown(world: World, procs: ProcfsProcesses, **kw: Any) -> Teardown:
+    glob = f"{world.dev}/nvidia*"
+    policy = TeardownPolicy(
+        glob, (f"{world.tag}::*",), ("psm_*",), (), front_end_titles=(f"{world.tag} serve *",)
+    )
+    gpus: Any = kw.pop("gpus", None) or SimulatedGpus(procs, glob, count=2)
+    return Teardown(procs, gpus, DevShm(world.shm), PidfdControl(), policy, **({"term_grace_s": 30,
+                    "kill_grace_s": 10, "verify_timeout_s": 5, "verify_samples": 1, "slack_mib": 0} | kw))  # fmt: skip
+
+
+async def test_an_orphan_that_ignores_sigterm_gets_sigkill_after_the_short_grace(world: World) -> None:
+    stubborn = world.start(f"{world.tag}::EngineCore", str(world.dev / "nvidia0"), ignore=True)
+    polite = world.start(f"{world.tag}::Worker_TP1", str(world.dev / "nvidia1"))
+    teardown = _teardown(world, ProcfsProcesses(), orphan_grace_s=0.3)
+    p = await teardown.plan()
+    # Our children have a live parent (this test): mark the stubborn one as the plan marks an orphan.
+    p = replace(p, victims=[replace(v, orphan=v.pid == stubborn.pid) for v in p.victims])
+    report = await execute(p, teardown.control, term_grace_s=30, kill_grace_s=10, orphan_grace_s=0.3)
+    by_pid = {o.pid: o for o in report.processes}
+    assert (by_pid[stubborn.pid].signals, by_pid[stubborn.pid].outcome) == (
+        ["SIGTERM", "SIGKILL"],
+        "killed by SIGKILL",
+    )
+    assert (by_pid[stubborn.pid].orphan, by_pid[stubborn.pid].grace_s) == (True, 0.3)
+    assert (by_pid[polite.pid].outcome, by_pid[polite.pid].grace_s) == ("exited after SIGTERM", 30)
+
+
+def _listener(world: World, title: str) -> tuple[subprocess.Popen[str], int]:
+    code = ("import socket, sys, signal, setproctitle; setproctitle.setproctitle(sys.argv[1]); "
+            "s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen(); "
+            "print(s.getsockname()[1], flush=True); signal.pause()")  # fmt: skip
+    c = subprocess.Popen([sys.executable, "-c", code, title], stdout=subprocess.PIPE, text=True)
+    world.children.append(c)
+    assert c.stdout is not None
+    return c, int(c.stdout.readline())
+
+
+async def test_a_foreign_process_on_the_next_port_blocks_before_any_signal(world: World) -> None:
+    engine = world.start(f"{world.tag}::Worker_TP0", str(world.dev / "nvidia0"))
+    other, port = _listener(world, f"{world.tag}-web-app")
+    teardown = _teardown(world, ProcfsProcesses())
+    with pytest.raises(Refused, match=f"port {port} is held by PID {other.pid} \\({world.tag}-web-app\\)"):
+        await teardown.run(ports=(port,))
+    assert engine.poll() is None  # nothing was signalled
+    assert other.poll() is None
+
+
+async def test_an_engine_front_end_on_the_next_port_is_killed(world: World) -> None:
+    api, port = _listener(world, f"{world.tag} serve /models/tiny")
+    teardown = _teardown(world, ProcfsProcesses())
+    report = await teardown.run(ports=(port,))
+    assert [(o.pid, o.outcome) for o in report.processes] == [(api.pid, "exited after SIGTERM")]
+    assert f"listens on port {port}" in report.processes[0].reasons[0]
+
+
+async def test_an_nvml_failure_fails_the_teardown_never_clean(world: World) -> None:
+    teardown = _teardown(world, ProcfsProcesses(), gpus=BrokenNvml())
+    assert (await teardown.plan()).gpu_error == "NVML failed: Unknown Error"
+    report = await teardown.run()
+    assert not report.ok
+    assert report.error is not None
+    assert "cannot verify the GPUs: NVML failed: Unknown Error" in report.error
+    checked = await verify(BrokenNvml(), (0,), idle_mib={}, slack_mib=0, samples=1, within_s=1)
+    assert not checked.ok
+
+
+async def test_an_expected_gpu_that_is_missing_fails_verify(world: World) -> None:
+    gpus = SimulatedGpus(ProcfsProcesses(), f"{world.dev}/nvidia*", count=2)
+    missing = await verify(gpus, (0, 7), idle_mib={}, slack_mib=0, samples=1, within_s=1)
+    assert (missing.ok, missing.message) == (False, "GPU 7 not visible (visible: 0, 1)")
+    none = await verify(SimulatedGpus(ProcfsProcesses(), "/nonexistent/nvidia*", count=0), None,
+                        idle_mib={}, slack_mib=0, samples=1, within_s=1)  # fmt: skip
+    assert not none.ok
+    assert (
+        await verify(NoGpus(), (0,), idle_mib={}, slack_mib=0, samples=1, within_s=1)
+    ).ok  # gpu_backend none
+
+
+def test_nvml_that_cannot_start_raises(monkeypatch: pytest.MonkeyPatch) -> None:
+    import pynvml
+
+    def fail() -> None:
+        raise pynvml.NVMLError(pynvml.NVML_ERROR_DRIVER_NOT_LOADED)
+
+    monkeypatch.setattr(pynvml, "nvmlInit", fail)
+    with pytest.raises(GpuUnavailable, match="NVML cannot be initialised"):
+        NvmlGpus().gpus()

@@ -187,3 +187,103 @@ def test_shm_decisions() -> None:
     assert keep["psm_link"] == "not a regular file (never followed)"
     assert keep["nccl-dir"] == "not a regular file (never followed)"
     assert keep["chromium.1"] == "not an engine file"
+
+
+def test_engine_title_on_another_gpu_is_spared_with_that_reason() -> None:
+    # Seen on an H200: a VLLM::Worker holding GPU 1 was killed by a teardown of GPU 0 (title alone).
+    s = snap(
+        proc(800, "VLLM::Worker_TP0", mapped=("/dev/nvidia1", "/dev/nvidiactl")),
+        proc(801, "VLLM::Worker_TP1", mapped=("/dev/nvidia0", "/dev/nvidiactl")),
+        gpus=[gpu(0, 801), gpu(1, 800)],
+    )
+    p = plan(s, replace(POLICY, gpus=(0,)))
+    assert {v.pid for v in p.victims} == {801}
+    spared = {sp.pid: sp.reason for sp in p.spared}
+    assert spared[800] == "holds GPU 1 only, outside this teardown's GPUs (0)"
+    # Over both GPUs it is a victim again, and over all GPUs.
+    assert 800 in victims(s, replace(POLICY, gpus=(0, 1)))
+    assert 800 in victims(s)
+
+
+def test_cuda_context_on_another_gpu_is_not_called_an_nvml_reader() -> None:
+    s = snap(proc(810, "python train.py", opened=("/dev/nvidiactl", "/dev/nvidia1")), gpus=[gpu(1, 810)])
+    p = plan(s, replace(POLICY, gpus=(0,)))
+    assert p.victims == []
+    assert {sp.pid: sp.reason for sp in p.spared}[810] == "holds GPU 1 only, outside this teardown's GPUs (0)"
+
+
+def test_engine_title_in_the_stopped_unit_goes_whatever_gpu_it_holds() -> None:
+    s = snap(
+        proc(820, "VLLM::Worker_TP1", cgroup=UNIT_CG, mapped=("/dev/nvidia1",)),
+        unit_pids={UNIT: [820]},
+    )
+    assert 820 in victims(s, replace(POLICY, gpus=(0,)))
+
+
+def test_a_child_holding_only_other_gpus_is_not_taken_with_its_parent() -> None:
+    s = snap(
+        proc(830, "python launcher.py", mapped=("/dev/nvidia0",)),
+        proc(831, "python helper.py", ppid=830),
+        proc(832, "python other-gpu.py", ppid=830, mapped=("/dev/nvidia1",)),
+    )
+    v = victims(s, replace(POLICY, gpus=(0,)))
+    assert set(v) == {830, 831}
+
+
+def test_orphaned_engine_processes_are_marked() -> None:
+    s = snap(
+        proc(840, "VLLM::EngineCore", ppid=1),  # its API server is gone
+        proc(841, "VLLM::Worker_TP0", ppid=9999),  # parent not in the snapshot
+        proc(842, "vllm serve /m", mapped=("/dev/nvidia0",)),
+        proc(843, "VLLM::EngineCore", ppid=842),
+    )
+    orphans = {v.pid: v.orphan for v in plan(s, POLICY).victims}
+    assert orphans == {840: True, 841: True, 842: False, 843: False}
+
+
+def _listening(port: int, *pids: int | None) -> dict[int, list[int | None]]:
+    return {port: list(pids)}
+
+
+def test_port_holder_that_is_an_engine_front_end_is_a_victim() -> None:
+    s = snap(proc(850, "/usr/bin/python3 /usr/local/bin/vllm serve /m --port 8000"))
+    s = replace(s, listeners=_listening(8000, 850))
+    p = plan(s, replace(POLICY, front_end_titles=("*vllm serve *",)))
+    assert dict((v.pid, v.reasons) for v in p.victims) == {
+        850: ("listens on port 8000, which the next engine needs (an engine front end)",)
+    }
+    assert p.port_blocked == []
+
+
+def test_port_holder_related_to_an_engine_victim_is_a_victim() -> None:
+    s = snap(
+        proc(860, "python my_api.py"),  # the API server of an orphaned engine child
+        proc(861, "VLLM::EngineCore", ppid=860, mapped=("/dev/nvidia0",)),
+    )
+    s = replace(s, listeners=_listening(8000, 860))
+    v = victims(s)
+    assert "listens on port 8000, which the next engine needs (an engine front end)" in v[860]
+
+
+def test_port_holder_that_is_not_an_engine_blocks_the_switch() -> None:
+    s = snap(proc(870, "nginx: master process", name="nginx"))
+    s = replace(s, listeners={8000: [870], 8001: [None]})
+    p = plan(s, POLICY)
+    assert p.victims == []
+    assert [str(b) for b in p.port_blocked] == [
+        "port 8000 is held by PID 870 (nginx: master process)",
+        "port 8001 is held by a process k25-ctl cannot see",
+    ]
+
+
+def test_a_victim_that_holds_the_port_says_so() -> None:
+    s = snap(proc(880, "vllm serve /m", cgroup=UNIT_CG), unit_pids={UNIT: [880]})
+    s = replace(s, listeners=_listening(8000, 880))
+    assert victims(s)[880][-1] == "listens on port 8000, which the next engine needs"
+
+
+def test_gpu_error_is_carried_into_the_plan() -> None:
+    s = replace(snap(proc(890, "VLLM::Worker_TP0")), gpu_error="NVML cannot be initialised: no driver")
+    p = plan(s, POLICY)
+    assert p.gpu_error == "NVML cannot be initialised: no driver"
+    assert [v.pid for v in p.victims] == [890]  # titles and mappings still count

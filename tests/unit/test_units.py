@@ -33,10 +33,11 @@ def _verify(root: Path, *names: str) -> subprocess.CompletedProcess[str]:
 
 
 def _stub_binary(root: Path) -> None:
-    exe = root / "usr/local/bin/k25-ctl"
-    exe.parent.mkdir(parents=True, exist_ok=True)
-    exe.write_text("#!/bin/sh\n")
-    exe.chmod(0o755)
+    for path in ("usr/local/bin/k25-ctl", "bin/kill"):
+        exe = root / path
+        exe.parent.mkdir(parents=True, exist_ok=True)
+        exe.write_text("#!/bin/sh\n")
+        exe.chmod(0o755)
 
 
 def test_every_unit_verifies_clean(root: Path) -> None:

@@ -1,14 +1,14 @@
-"""GET /metrics: the host's state, runs, durations and GPU memory for Prometheus (prometheus_client)."""
+"""The Prometheus exporter (GET /metrics): the host's state, runs, durations and GPU memory
+(prometheus_client)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from daemon.host.gpu import GpuView
+from daemon.host.gpu import GpuUnavailable, GpuView
 from daemon.hoststate import HostState, StateHub
 from daemon.store.queries import Store
 
@@ -30,26 +30,37 @@ class K25Collector:
         progress = GaugeMetricFamily("k25_load_progress_percent", "load progress of the switch in progress")
         progress.add_metric([], float(st.progress_percent or 0) if st.state is HostState.SWITCHING else 0.0)
         yield progress
-        summary: dict[str, Any] = self.store.metrics_summary()
+        summary = self.store.metrics_summary()
         runs = CounterMetricFamily("k25_runs", "runs by kind and outcome", labels=["kind", "outcome"])
-        for (kind, outcome), n in sorted(summary["counts"].items()):
+        for (kind, outcome), n in sorted(summary.counts.items()):
             runs.add_metric([kind, outcome], float(n))
         yield runs
-        for name, key, doc in (
-            ("k25_load_seconds", "load_seconds", "engine load time of the profile's last good switch"),
-            ("k25_switch_duration_seconds", "switch_seconds", "duration of the profile's last good switch"),
+        for name, values, doc in (
+            ("k25_load_seconds", summary.load_seconds, "engine load time of the profile's last good switch"),
+            (
+                "k25_switch_duration_seconds",
+                summary.switch_seconds,
+                "duration of the profile's last good switch",
+            ),
         ):
             g = GaugeMetricFamily(name, doc, labels=["profile"])
-            for profile, v in sorted(summary[key].items()):
+            for profile, v in sorted(values.items()):
                 g.add_metric([profile], v)
             yield g
         td = GaugeMetricFamily("k25_teardown_duration_seconds", "duration of the last teardown")
-        if summary["teardown_seconds"] is not None:
-            td.add_metric([], float(summary["teardown_seconds"]))
+        if summary.teardown_seconds is not None:
+            td.add_metric([], float(summary.teardown_seconds))
         yield td
         used = GaugeMetricFamily("k25_gpu_memory_used_mib", "GPU memory in use", labels=["gpu"])
         total = GaugeMetricFamily("k25_gpu_memory_total_mib", "GPU memory", labels=["gpu"])
-        for gpu in self.gpus.gpus(light=True):
+        try:
+            gpus = self.gpus.gpus(light=True)
+        except GpuUnavailable:
+            gpus = []  # the scrape goes on; k25_gpu_readable says why the GPU series are missing
+        readable = GaugeMetricFamily("k25_gpu_readable", "1 when the GPUs could be read (NVML)")
+        readable.add_metric([], 1.0 if gpus or not self.gpus.required else 0.0)
+        yield readable
+        for gpu in gpus:
             used.add_metric([str(gpu.index)], float(gpu.memory_used_mib))
             total.add_metric([str(gpu.index)], float(gpu.memory_total_mib))
         yield used

@@ -1,0 +1,230 @@
+"""Response models of every route: /openapi.json describes each answer, and the CLI and the page read
+these fields. Built from the services' dataclasses (`from_attributes`) where one exists."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import BaseModel, ConfigDict
+
+from daemon.profiles import SpeculativeConfig
+
+
+class Out(BaseModel):
+    model_config = ConfigDict(from_attributes=True)
+
+
+class GpuProcessOut(Out):
+    pid: int
+    used_mib: int | None
+
+
+class GpuOut(Out):
+    index: int
+    name: str
+    uuid: str
+    memory_total_mib: int
+    memory_used_mib: int
+    processes: list[GpuProcessOut]
+    utilization_pct: int | None = None
+    power_w: float | None = None
+
+
+class UnitStateOut(Out):
+    unit: str
+    active_state: str | None = None
+    sub_state: str | None = None
+    error: str | None = None
+
+
+class VictimOut(Out):
+    pid: int
+    title: str
+    reasons: list[str]
+    foreign: bool
+    gpu_mib: int | None
+    started: float = 0.0
+    orphan: bool = False
+
+
+class SparedOut(Out):
+    pid: int
+    title: str
+    reason: str
+
+
+class ShmEntryOut(Out):
+    name: str
+    path: str
+    size: int
+    uid: int
+    is_file: bool
+    is_symlink: bool
+    users: list[int]
+
+
+class ShmDecisionOut(Out):
+    entry: ShmEntryOut
+    reason: str
+
+
+class PortHolderOut(Out):
+    port: int
+    pid: int | None
+    title: str
+
+
+class TeardownPlanOut(Out):
+    victims: list[VictimOut]
+    spared: list[SparedOut]
+    shm_remove: list[ShmDecisionOut]
+    shm_keep: list[ShmDecisionOut]
+    gpus: list[int] | None
+    refused: list[VictimOut]
+    port_blocked: list[PortHolderOut] = []
+    gpu_error: str | None = None
+
+
+class ProcessOutcomeOut(Out):
+    pid: int
+    title: str
+    reasons: list[str]
+    foreign: bool
+    gpu_mib: int | None
+    signals: list[str]
+    outcome: str
+    state: str = ""
+    wchan: str = ""
+    orphan: bool = False
+    grace_s: float = 0.0
+
+
+class GpuCheckOut(Out):
+    index: int
+    used_mib: int
+    limit_mib: int
+    pids: list[int]
+    clean: bool
+
+
+class VerifyOut(Out):
+    ok: bool
+    gpus: list[GpuCheckOut]
+    samples: int
+    seconds: float
+    message: str
+
+
+class ShmKeptOut(Out):
+    name: str
+    reason: str
+
+
+class TeardownReportOut(Out):
+    ok: bool
+    processes: list[ProcessOutcomeOut]
+    spared: list[SparedOut]
+    shm_removed: list[str]
+    shm_kept: list[ShmKeptOut]
+    steps: dict[str, float]
+    needs_reset: list[ProcessOutcomeOut]
+    verify: VerifyOut | None
+    error: str | None
+
+
+class TeardownRecordOut(Out):
+    id: int
+    ok: bool
+    report: TeardownReportOut
+
+
+class RunEventOut(Out):
+    at: datetime
+    phase: str
+    detail: str
+
+
+class ProgressOut(Out):
+    percent: int | None
+    done: int | None
+    total: int | None
+
+
+class RunOut(Out):
+    id: int
+    kind: str
+    profile: str | None
+    from_profile: str | None
+    outcome: str
+    phase: str
+    started_at: datetime
+    ended_at: datetime | None
+    load_seconds: float | None
+    progress: ProgressOut
+    error: str | None
+    parent_id: int | None
+    unit: str | None
+    argv: list[str] | None
+    profile_sha256: str | None
+    events: list[RunEventOut] | None = None  # None in lists of runs
+    teardowns: list[TeardownRecordOut] | None = None
+
+
+class StatusOut(Out):
+    state: str
+    active_profile: str | None
+    target_profile: str | None
+    run_id: int | None
+    phase: str | None
+    progress_percent: int | None
+    progress_done: int | None
+    progress_total: int | None
+    reason: str | None
+    since: float
+    current_run: RunOut | None
+    gpus: list[GpuOut]
+    gpu_error: str | None = None
+    units: dict[str, UnitStateOut]
+    strays: list[VictimOut]
+
+
+class ProfileOut(Out):
+    name: str
+    valid: bool
+    file: str
+    error: str | None = None  # invalid profiles: each problem with its file and key
+    description: str | None = None
+    engine: str | None = None
+    unit: str | None = None
+    model: str | None = None
+    port: int | None = None
+    gpus: list[int] | None = None
+    speculative: SpeculativeConfig | None = None
+    argv: list[str] | None = None
+    sha256: str | None = None
+    unit_state: UnitStateOut | None = None
+    default: bool = False
+
+
+class AcceptedOut(Out):
+    run_id: int | None
+    detail: str | None = None
+
+
+class CancelOut(Out):
+    run_id: int
+    cancelling: bool
+
+
+class TeardownRunOut(Out):
+    run_id: int
+    report: TeardownReportOut
+
+
+class ReloadOut(Out):
+    valid: list[str]
+    invalid: list[str]
+
+
+class HealthOut(Out):
+    status: str

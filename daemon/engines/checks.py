@@ -1,0 +1,21 @@
+"""Profiles as the engines see them: the profile loader with each engine's own checks applied (profiles.py
+knows no engine; this module joins the two)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from daemon.engines import engine_for
+from daemon.profiles import InvalidProfile, LoadedProfile, Profile, ProfileSet, load_profiles, parse_profile
+
+
+def engine_check(profile: Profile) -> list[tuple[str, str]]:
+    return engine_for(profile).check(profile)
+
+
+def load_checked_profiles(directory: Path, *, check_paths: bool = False) -> ProfileSet:
+    return load_profiles(directory, check_paths=check_paths, engine_check=engine_check)
+
+
+def parse_checked_profile(path: Path, *, check_paths: bool = False) -> LoadedProfile | InvalidProfile:
+    return parse_profile(path, check_paths=check_paths, engine_check=engine_check)

@@ -1,0 +1,67 @@
+"""What a run is: its kinds, phases and outcomes (the words the database, the API, SSE and the log share)."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+
+
+class RunKind(enum.StrEnum):
+    SWITCH = "switch"
+    ROLLBACK = "rollback"
+    TEARDOWN = "teardown"
+
+
+class Phase(enum.StrEnum):
+    CREATED = "created"
+    STOP = "stop"
+    TEARDOWN = "teardown"
+    START = "start"
+    LOADING = "loading"
+    PROBING = "probing"
+    CLEANUP = "cleanup"  # after a failure: stopping the engine that failed, tearing down again
+    ROLLBACK = "rollback"
+    # Final phases: a run that ended stays on the phase named for its outcome.
+    ACTIVE = "active"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+    OK = "ok"
+
+
+class Outcome(enum.StrEnum):
+    RUNNING = "running"
+    ACTIVE = "active"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+    INTERRUPTED = "interrupted"
+    OK = "ok"
+
+    @property
+    def phase(self) -> Phase:
+        return Phase(self.value) if self is not Outcome.RUNNING else Phase.CREATED
+
+
+FINAL_OUTCOMES = tuple(o for o in Outcome if o is not Outcome.RUNNING)
+
+
+@dataclass(frozen=True)
+class Progress:
+    """The engine's weight-loading bar: percent and shards done of total."""
+
+    percent: int
+    done: int
+    total: int
+
+
+@dataclass(frozen=True)
+class NewRun:
+    """What a run starts with: what it is, where it came from, and what exactly it runs."""
+
+    kind: RunKind
+    profile: str | None
+    from_profile: str | None = None
+    parent_id: int | None = None
+    argv: list[str] | None = None  # the rendered command line the unit executes
+    profile_sha256: str | None = None
+    unit: str | None = None

@@ -1,0 +1,29 @@
+"""The CLI as a shell user meets it: a closed pipe is not an error."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+K25 = str(Path(sys.executable).parent / "k25-ctl")
+
+
+def test_a_closed_pipe_prints_no_traceback(stock_profiles: Path, tmp_path: Path) -> None:
+    r, w = os.pipe()
+    os.close(r)  # the reader (`head -1`) is gone before k25-ctl writes
+    env = dict(os.environ, K25_CONFIG=str(tmp_path / "absent.toml"), K25_STATE_DIR=str(tmp_path))
+    p = subprocess.run([K25, "check-profiles", "--dir", str(stock_profiles), "--no-paths", "--json"],
+                       stdout=w, stderr=subprocess.PIPE, text=True, env=env, timeout=60)  # fmt: skip
+    os.close(w)
+    assert p.stderr == ""
+    assert p.returncode == 0
+
+
+def test_check_profiles_output_through_head(stock_profiles: Path, tmp_path: Path) -> None:
+    env = dict(os.environ, K25_CONFIG=str(tmp_path / "absent.toml"))
+    p = subprocess.run(f"{K25} check-profiles --dir {stock_profiles} --no-paths | head -1", shell=True,  # noqa: S602
+                       capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    assert p.stdout.startswith("ok ")
+    assert "Traceback" not in p.stderr
