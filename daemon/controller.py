@@ -12,10 +12,13 @@ from typing import Any
 from daemon.api.schemas import (
     AcceptedOut,
     CancelOut,
+    LiveSampleOut,
+    MetricRowOut,
     ProfileOut,
     ProgressOut,
     ReloadOut,
     RunEventOut,
+    RunMetricsOut,
     RunOut,
     StatusOut,
     TeardownPlanOut,
@@ -35,6 +38,7 @@ from daemon.run_types import FINAL_OUTCOMES, NewRun, Outcome, RunKind
 from daemon.store.queries import RunView, Store
 from daemon.switch import Switcher
 from daemon.teardown_exec import Teardown
+from daemon.watch import ServingWatch
 
 
 class Controller:
@@ -46,13 +50,15 @@ class Controller:
         recorder: RunRecorder,
         teardown: Teardown,
         default_profile: str,
+        watch: ServingWatch,
     ) -> None:
         self.inventory, self.switcher, self.recorder, self.teardown = inventory, switcher, recorder, teardown
+        self.watch = watch
         self.store: Store = recorder.store
         self.hub: StateHub = recorder.hub
         self.default_profile = default_profile
         self.reconciled = Reconciled()
-        self.collector = K25Collector(self.hub, self.store, inventory.gpu_view)
+        self.collector = K25Collector(self.hub, self.store, inventory.gpu_view, watch.now)
 
     async def metrics(self) -> bytes:
         return await asyncio.to_thread(render_metrics, self.collector)
@@ -71,6 +77,7 @@ class Controller:
             gpu_error=gpu_error,
             units=await self.inventory.unit_states(),
             strays=[VictimOut.model_validate(v) for v in self.reconciled.strays],
+            serving=self.watch.now(),
         )
 
     async def profiles(self) -> list[ProfileOut]:
@@ -84,6 +91,7 @@ class Controller:
 
     async def reload(self) -> ReloadOut:
         fresh = await self.inventory.reload_profiles()
+        self.watch.follow_units()
         return ReloadOut(valid=sorted(fresh.valid), invalid=[str(p) for p in fresh.invalid])
 
     async def activate(self, name: str, *, force: bool, wait: bool) -> AcceptedOut | RunOut:
@@ -111,6 +119,22 @@ class Controller:
     async def runs(self, *, profile: str | None, limit: int) -> list[RunOut]:
         rows = await asyncio.to_thread(self.store.list_runs, profile=profile, limit=limit)
         return [run_out(RunView(r, [], []), details=False) for r in rows]
+
+    async def run_metrics(self, run_id: int) -> RunMetricsOut:
+        try:
+            rows = await asyncio.to_thread(self.watch.store.series, run_id)
+        except LookupError as e:
+            raise NotFound(f"no run {run_id}") from e
+        return RunMetricsOut(
+            run_id=run_id,
+            rows=[
+                MetricRowOut.model_validate(
+                    r.model_dump() | {"per_position": json.loads(r.per_position) if r.per_position else None}
+                )
+                for r in rows
+            ],
+            live=[LiveSampleOut.model_validate(x) for x in self.watch.live(run_id)],
+        )
 
     async def run_events(self, run_id: int) -> AsyncIterator[dict[str, Any]]:
         """The run's stored events, then its live ones until it ends."""
@@ -148,7 +172,7 @@ class Controller:
     async def run_teardown(self) -> TeardownRunOut:
         """Maintenance teardown: only when no engine should run (the host is idle or degraded)."""
         st = self.hub.status
-        if st.state not in (HostState.IDLE, HostState.DEGRADED):
+        if st.state not in (HostState.IDLE, HostState.FAILED, HostState.DEGRADED):
             raise Busy(f"the host is {st.state}: stop the engine (or switch) instead")
         run_id = await self.recorder.create(NewRun(RunKind.TEARDOWN, profile=None))
         report = await self.teardown.run(managed_units=self._units())
@@ -178,6 +202,11 @@ def run_out(view: RunView, *, details: bool) -> RunOut:
         unit=r.unit,
         argv=json.loads(r.argv) if r.argv else None,
         profile_sha256=r.profile_sha256,
+        served_s=r.served_s,
+        requests=r.requests,
+        prompt_tokens=r.prompt_tokens,
+        generation_tokens=r.generation_tokens,
+        acceptance_length=r.acceptance_length,
         events=[RunEventOut.model_validate(e) for e in view.events] if details else None,
         teardowns=[
             TeardownRecordOut(id=t.id or 0, ok=t.ok, report=TeardownReportOut.model_validate_json(t.report))

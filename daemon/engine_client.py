@@ -4,6 +4,7 @@ works. `ProbeProgress` keeps what the probe got so far, so a timeout can say wha
 
 from __future__ import annotations
 
+import asyncio
 import json
 from dataclasses import dataclass
 from typing import Protocol
@@ -36,7 +37,8 @@ class ProbeProgress:
 
 
 class EnginePort(Protocol):
-    async def health(self, profile: Profile, engine: Engine) -> int | None: ...
+    async def health(self, profile: Profile, engine: Engine, *, timeout_s: float = 5.0) -> int | None: ...
+    async def scrape(self, profile: Profile, engine: Engine, *, timeout_s: float = 5.0) -> dict[str, str]: ...
     async def generate(self, profile: Profile, engine: Engine, progress: ProbeProgress) -> int: ...
     async def aclose(self) -> None: ...
 
@@ -48,16 +50,29 @@ class Prober:
     async def aclose(self) -> None:
         await self._client.aclose()
 
-    async def health(self, profile: Profile, engine: Engine) -> int | None:
+    async def health(self, profile: Profile, engine: Engine, *, timeout_s: float = 5.0) -> int | None:
         """The health path's status code; None when the port refuses (the engine is still loading)."""
         path = engine.health_path(profile) or "/health"
         try:
-            r = await self._client.get(profile.base_url + path, timeout=5.0)
+            r = await self._client.get(profile.base_url + path, timeout=timeout_s)
         except (httpx.ConnectError, httpx.RemoteProtocolError, httpx.ReadError):
             return None
         except httpx.TimeoutException:
             return 504
         return r.status_code
+
+    async def scrape(self, profile: Profile, engine: Engine, *, timeout_s: float = 5.0) -> dict[str, str]:
+        """The bodies of the engine's scrape paths that answered 200 (none while it is down)."""
+
+        async def one(path: str) -> tuple[str, str | None]:
+            try:
+                r = await self._client.get(profile.base_url + path, timeout=timeout_s)
+            except httpx.HTTPError:
+                return path, None
+            return path, r.text if r.status_code == 200 else None
+
+        answers = await asyncio.gather(*(one(p) for p in engine.scrape_paths(profile)))
+        return {path: body for path, body in answers if body is not None}
 
     async def generate(self, profile: Profile, engine: Engine, progress: ProbeProgress) -> int:
         """Stream one small completion to its end, counting content chunks into `progress`; returns their

@@ -3,7 +3,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
@@ -12,10 +13,15 @@ from daemon.host.gpu import GpuUnavailable, GpuView
 from daemon.hoststate import HostState, StateHub
 from daemon.store.queries import Store
 
+if TYPE_CHECKING:
+    from daemon.watch import ServingNow
+
 
 class K25Collector:
-    def __init__(self, hub: StateHub, store: Store, gpus: GpuView) -> None:
-        self.hub, self.store, self.gpus = hub, store, gpus
+    def __init__(
+        self, hub: StateHub, store: Store, gpus: GpuView, serving: Callable[[], ServingNow | None]
+    ) -> None:
+        self.hub, self.store, self.gpus, self.serving = hub, store, gpus, serving
 
     def collect(self) -> Iterator[Metric]:
         st = self.hub.status
@@ -51,6 +57,7 @@ class K25Collector:
         if summary.teardown_seconds is not None:
             td.add_metric([], float(summary.teardown_seconds))
         yield td
+        yield from self._serving()
         used = GaugeMetricFamily("k25_gpu_memory_used_mib", "GPU memory in use", labels=["gpu"])
         total = GaugeMetricFamily("k25_gpu_memory_total_mib", "GPU memory", labels=["gpu"])
         try:
@@ -65,6 +72,23 @@ class K25Collector:
             total.add_metric([str(gpu.index)], float(gpu.memory_total_mib))
         yield used
         yield total
+
+    def _serving(self) -> Iterator[Metric]:
+        """The serving engine's current figures, labelled with its profile."""
+        now = self.serving()
+        for name, attr, doc in (
+            ("k25_serving_tokens_per_second", "tokens_per_s", "generated tokens per second (last interval)"),
+            ("k25_serving_acceptance_length", "acceptance_length", "mean acceptance length (last interval)"),
+            ("k25_serving_running_requests", "running", "requests the engine is running"),
+            ("k25_serving_waiting_requests", "waiting", "requests waiting in the engine"),
+            ("k25_serving_kv_cache_usage", "kv_usage", "KV cache usage (0..1)"),
+            ("k25_serving_seconds", "served_s", "how long the active profile has served"),
+        ):
+            g = GaugeMetricFamily(name, doc, labels=["profile"])
+            value = getattr(now, attr) if now is not None else None
+            if now is not None and value is not None:
+                g.add_metric([now.profile], float(value))
+            yield g
 
 
 def render(collector: K25Collector) -> bytes:

@@ -19,6 +19,8 @@ class HostState(enum.StrEnum):
     IDLE = "idle"
     SWITCHING = "switching"
     ACTIVE = "active"
+    UNHEALTHY = "unhealthy"  # the unit runs but the engine fails its liveness checks (hang, health)
+    FAILED = "failed"  # the serving engine exited on its own (crash); nothing serves
     DEGRADED = "degraded"
     NEEDS_RESET = "needs_reset"
 
@@ -35,6 +37,8 @@ class HostStatus:
     progress_total: int | None = None
     reason: str | None = None
     since: float = field(default_factory=time.time)
+    serving_run_id: int | None = None  # the serving run while a profile is active
+    conflicts: tuple[str, ...] = ()  # managed units running beside the active one (started behind our back)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -109,7 +113,8 @@ def describe(st: HostStatus, now: float | None = None) -> str:
     """One line for `systemctl status k25-ctl` (sd_notify STATUS=)."""
     now = time.time() if now is None else now
     if st.state is HostState.ACTIVE:
-        return f"active: {st.active_profile} (ready {_age(now - st.since)})"
+        line = f"active: {st.active_profile} (ready {_age(now - st.since)})"
+        return line + (f"; CONFLICT: {', '.join(st.conflicts)} also running" if st.conflicts else "")
     if st.state is HostState.SWITCHING:
         line = f"switching to {st.target_profile}: {st.phase or 'starting'}"
         if st.phase == "loading" and st.progress_percent is not None:

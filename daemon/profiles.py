@@ -63,6 +63,10 @@ class Profile(BaseModel):
     load_timeout_s: float = Field(default=2700.0, gt=0)
     probe_timeout_s: float = Field(default=60.0, gt=0)
     log_ignore: list[str] = Field(default_factory=list)
+    # What the serving watch does when the engine exits on its own (default: restart for the default
+    # profile, rollback for others) or hangs (default: only alert).
+    on_failure: Literal["restart", "rollback", "none"] | None = None
+    on_hang: Literal["restart", "rollback", "none"] = "none"
 
     @field_validator("name")
     @classmethod

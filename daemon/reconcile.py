@@ -13,6 +13,8 @@ from daemon.host.systemd import SystemdPort
 from daemon.hoststate import HostState
 from daemon.profiles import ProfileSet
 from daemon.recorder import HostAfter, RunRecorder
+from daemon.run_types import RunKind
+from daemon.switch import ServingHooks
 from daemon.teardown import Victim
 from daemon.teardown_exec import Teardown
 
@@ -28,12 +30,14 @@ class Reconciled:
 
 
 async def reconcile(
-    profiles: ProfileSet, *, systemd: SystemdPort, teardown: Teardown, recorder: RunRecorder
+    profiles: ProfileSet,
+    *,
+    systemd: SystemdPort,
+    teardown: Teardown,
+    recorder: RunRecorder,
+    serving: ServingHooks,
 ) -> Reconciled:
     store = recorder.store
-    interrupted = await asyncio.to_thread(store.mark_interrupted)
-    for run_id in interrupted:
-        log.warning("run %d: interrupted (the daemon stopped during the run)", run_id)
     active = []
     for name, lp in profiles.valid.items():
         with contextlib.suppress(K25Error):
@@ -41,7 +45,15 @@ async def reconcile(
                 active.append(name)
     last_good = await asyncio.to_thread(store.last_good_profile)
     chosen = last_good if last_good in active else (active[0] if active else None)
+    # The serving run of the engine that still serves carries on; every other unfinished run was cut short.
+    open_serving = await asyncio.to_thread(store.open_runs, kind=RunKind.SERVING)
+    keep = [r.id for r in open_serving if r.profile == chosen and r.id is not None][-1:]
+    interrupted = await asyncio.to_thread(store.mark_interrupted, keep)
+    for run_id in interrupted:
+        log.warning("run %d: interrupted (the daemon stopped during the run)", run_id)
     recorder.settle(HostAfter(HostState.ACTIVE, chosen) if chosen else HostAfter(HostState.IDLE))
+    if chosen:
+        await serving.begin(profiles.valid[chosen], parent=None, adopt_run=keep[0] if keep else None)
     plan = await teardown.plan(managed_units=tuple(lp.profile.unit for lp in profiles.valid.values()))
     strays = [v for v in plan.victims if v.foreign]
     for v in strays:

@@ -94,16 +94,23 @@ class RunRecorder:
         load_seconds: float | None = None,
         host: HostAfter | None = None,
         rollback_run_id: int | None = None,
+        detail: str | None = None,
     ) -> None:
+        """`error` is kept on the run; `detail` (a normal end's why) goes only to its final event."""
         stored = await asyncio.to_thread(
-            self.store.finish_run, run_id=run_id, outcome=outcome, error=error, load_seconds=load_seconds
+            self.store.finish_run,
+            run_id=run_id,
+            outcome=outcome,
+            error=error,
+            load_seconds=load_seconds,
+            detail=detail,
         )
         if host is not None:
             self.settle(host)
         event: dict[str, Any] = {
             "id": stored,
             "phase": outcome.phase,
-            "detail": error or "",
+            "detail": detail or error or "",
             "at": time.time(),
             "final": True,
             "rollback_run_id": rollback_run_id,

@@ -10,6 +10,8 @@ class RunKind(enum.StrEnum):
     SWITCH = "switch"
     ROLLBACK = "rollback"
     TEARDOWN = "teardown"
+    SERVING = "serving"  # from active until the engine stops, crashes or is switched away
+    EXTERNAL = "external"  # a managed unit changed by someone else (systemctl)
 
 
 class Phase(enum.StrEnum):
@@ -21,12 +23,16 @@ class Phase(enum.StrEnum):
     PROBING = "probing"
     CLEANUP = "cleanup"  # after a failure: stopping the engine that failed, tearing down again
     ROLLBACK = "rollback"
+    SERVING = "serving"
+    UNHEALTHY = "unhealthy"
     # Final phases: a run that ended stays on the phase named for its outcome.
     ACTIVE = "active"
     FAILED = "failed"
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"
     OK = "ok"
+    CRASHED = "crashed"
+    STOPPED = "stopped"
 
 
 class Outcome(enum.StrEnum):
@@ -36,6 +42,8 @@ class Outcome(enum.StrEnum):
     CANCELLED = "cancelled"
     INTERRUPTED = "interrupted"
     OK = "ok"
+    CRASHED = "crashed"  # a serving engine exited on its own
+    STOPPED = "stopped"  # a serving run ended by a switch or an operator
 
     @property
     def phase(self) -> Phase:

@@ -71,6 +71,18 @@ class Settings(BaseSettings):
     idle_memory_slack_mib: int = Field(default=1024, ge=0)
     stop_timeout_s: float = Field(default=180.0, gt=0)
 
+    # The serving watch: liveness and metrics of the active engine (off: only for measuring its cost).
+    watch_enabled: bool = True
+    watch_interval_s: float = Field(default=10.0, gt=0)
+    health_timeout_s: float = Field(default=3.0, gt=0)
+    health_failures: int = Field(default=3, ge=1)  # in a row: unhealthy
+    stall_s: float = Field(default=120.0, gt=0)  # requests running, no token generated: unhealthy
+    restart_limit_per_hour: int = Field(default=2, ge=0)
+    restart_backoff_s: float = Field(default=5.0, ge=0)  # doubled for each restart within the hour
+    metrics_row_s: float = Field(default=60.0, gt=0)  # one stored row per this many seconds of serving
+    metrics_minute_retention_h: float = Field(default=48.0, gt=0)  # then compacted to hourly rows
+    metrics_hour_retention_d: float = Field(default=90.0, gt=0)  # then deleted
+
     # Derived paths follow config_dir/state_dir unless set on their own.
     @property
     def profiles_path(self) -> Path:

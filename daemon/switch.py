@@ -10,6 +10,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from daemon.bringup import BringUpFailed, bring_up
 from daemon.engine_client import EnginePort
@@ -53,6 +54,13 @@ class SwitchPorts:
     prober: EnginePort
 
 
+class ServingHooks(Protocol):
+    """The serving watch: a serving run begins when a switch ends active, and ends when a switch starts."""
+
+    async def begin(self, lp: LoadedProfile, *, parent: int | None, adopt_run: int | None = None) -> int: ...
+    async def end(self, outcome: Outcome, detail: str, *, host: HostAfter | None = None) -> int | None: ...
+
+
 class _Events:
     """bring_up's steps, recorded as events of one run."""
 
@@ -80,6 +88,7 @@ class Switcher:
         default_profile: str,
         stop_timeout_s: float,
         write_launch: Callable[[LoadedProfile, int, list[str]], object],
+        serving: ServingHooks,
     ) -> None:
         self._read_profiles, self.ports, self.store, self.recorder = profiles, ports, store, recorder
         self.hub = recorder.hub
@@ -92,11 +101,25 @@ class Switcher:
         self._run_id: int | None = None
         self._rolling_back = False
         self._admission = asyncio.Lock()
+        self.serving = serving
+
+    @property
+    def busy(self) -> bool:
+        return self._task is not None
 
     # -- requests -------------------------------------------------------------------------------------
 
-    async def activate(self, name: str, *, force: bool = False) -> int | None:
-        """Start a switch; returns its run id, or None when `name` is already active and healthy."""
+    async def activate(
+        self,
+        name: str,
+        *,
+        force: bool = False,
+        kind: RunKind = RunKind.SWITCH,
+        parent: int | None = None,
+        from_profile: str | None = None,
+    ) -> int | None:
+        """Start a switch (or a restart or rollback the serving watch asks for, linked to `parent`); returns
+        its run id, or None when `name` is already active and healthy."""
         profiles = await self._read_profiles()  # afresh: the file as it is now is what runs
         lp = profiles.get(name)
         if lp is None:
@@ -111,7 +134,8 @@ class Switcher:
             if not force and st.state is HostState.ACTIVE and st.active_profile == name:
                 if (await self.ports.systemd.state(lp.profile.unit)).is_active:
                     return None
-            run_id = await self._new_run(RunKind.SWITCH, lp, from_profile=st.active_profile)
+            previous = from_profile or st.active_profile
+            run_id = await self._new_run(kind, lp, from_profile=previous, parent=parent)
             self._run_id = run_id
             self.recorder.begin(run_id, name)
             self._task = asyncio.create_task(self._transaction(run_id, lp, st.active_profile, profiles))
@@ -144,6 +168,7 @@ class Switcher:
         self, run_id: int, lp: LoadedProfile, previous: str | None, profiles: ProfileSet
     ) -> None:
         try:
+            await self.serving.end(Outcome.STOPPED, f"switched away by run {run_id} (to {lp.profile.name})")
             failure = await self._attempt(run_id, lp, cancellable=True)
             if failure is None:
                 return
@@ -187,7 +212,7 @@ class Switcher:
                 run_id, outcome, error=error, host=HostAfter(HostState.NEEDS_RESET, None, failure.reason)
             )
             return
-        target = await self._rollback_target(lp.profile.name, previous)
+        target = await self.rollback_target(lp.profile.name, previous)
         if target is None:
             reason = f"{lp.profile.name}: {failure.reason}; no known-good profile to return to"
             await self.recorder.finish(
@@ -226,7 +251,8 @@ class Switcher:
                 excerpt += f"\n[cleanup] {type(e).__name__}: {e}"
         return f"{failure.reason}\n{excerpt}" if failure.excerpt else excerpt
 
-    async def _rollback_target(self, failed: str, previous: str | None) -> LoadedProfile | None:
+    async def rollback_target(self, failed: str, previous: str | None) -> LoadedProfile | None:
+        """The profile a failure returns to: the previous one, the last good one, or the default."""
         profiles = await self._read_profiles()
         last_good = await asyncio.to_thread(self.store.last_good_profile)
         for name in (previous, last_good, self.default_profile):
@@ -255,6 +281,7 @@ class Switcher:
         await self.recorder.finish(
             run_id, Outcome.ACTIVE, load_seconds=seen.load_seconds, host=HostAfter(HostState.ACTIVE, p.name)
         )
+        await self.serving.begin(lp, parent=run_id)
 
     async def _stop_and_teardown(
         self, run_id: int, gpus: tuple[int, ...] | None, ports: tuple[int, ...] = ()

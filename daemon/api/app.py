@@ -35,6 +35,7 @@ from daemon.settings import Settings
 from daemon.store.queries import Store
 from daemon.switch import Switcher, SwitchPorts
 from daemon.teardown_exec import Teardown
+from daemon.watch import ServingWatch
 from daemon.wiring import build_gpus, build_teardown
 
 log = logging.getLogger("k25.daemon")
@@ -116,6 +117,14 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
         inventory = Inventory(settings, host.systemd, host.gpus)
         profiles = await inventory.reload_profiles()
         recorder = RunRecorder(store, StateHub())
+        watch = ServingWatch(
+            settings=settings,
+            systemd=host.systemd,
+            journal=host.journal,
+            engines=host.prober,
+            recorder=recorder,
+            profiles=lambda: inventory.profiles,
+        )
         switcher = Switcher(
             profiles=inventory.reload_profiles,
             ports=SwitchPorts(host.systemd, host.journal, host.teardown, host.prober),
@@ -124,17 +133,21 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
             default_profile=settings.default_profile,
             stop_timeout_s=settings.stop_timeout_s,
             write_launch=lambda lp, run_id, argv: write_launch(settings, lp, run_id=run_id, argv=argv),
+            serving=watch,
         )
+        watch.policies.switcher = switcher
         controller = Controller(
             inventory=inventory,
             switcher=switcher,
             recorder=recorder,
             teardown=host.teardown,
             default_profile=settings.default_profile,
+            watch=watch,
         )
         controller.reconciled = await reconcile(
-            profiles, systemd=host.systemd, teardown=host.teardown, recorder=recorder
+            profiles, systemd=host.systemd, teardown=host.teardown, recorder=recorder, serving=watch
         )
+        watch.follow_units()
         app.state.controller = controller
         hub = recorder.hub
         sd_notify(f"READY=1\nSTATUS={describe(hub.status)}")
@@ -143,6 +156,7 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
             yield
         notifier.cancel()
         sd_notify("STOPPING=1\nSTATUS=stopping (engines keep running)")
+        await watch.close()
         log.info("stopping; engine units keep running")
         await host.prober.aclose()
 

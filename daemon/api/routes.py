@@ -16,6 +16,7 @@ from daemon.api.schemas import (
     CancelOut,
     ProfileOut,
     ReloadOut,
+    RunMetricsOut,
     RunOut,
     StatusOut,
     TeardownPlanOut,
@@ -113,6 +114,11 @@ async def runs(
 @router.get("/runs/{run_id}")
 async def run(run_id: int, c: Ctl) -> RunOut:
     return await c.run(run_id)
+
+
+@router.get("/runs/{run_id}/metrics")
+async def run_metrics(run_id: int, c: Ctl) -> RunMetricsOut:
+    return await c.run_metrics(run_id)
 
 
 def _sse(events: AsyncIterator[dict[str, Any]], name: str) -> StreamingResponse:

@@ -8,6 +8,7 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict
 
 from daemon.profiles import SpeculativeConfig
+from daemon.watch import ServingNow
 
 
 class Out(BaseModel):
@@ -166,8 +167,42 @@ class RunOut(Out):
     unit: str | None
     argv: list[str] | None
     profile_sha256: str | None
+    served_s: float | None = None  # serving runs: totals
+    requests: float | None = None
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    acceptance_length: float | None = None
     events: list[RunEventOut] | None = None  # None in lists of runs
     teardowns: list[TeardownRecordOut] | None = None
+
+
+class MetricRowOut(Out):
+    at: datetime
+    resolution: str
+    seconds: float
+    requests: float
+    prompt_tokens: float
+    generation_tokens: float
+    tokens_per_s: float
+    running: float | None
+    waiting: float | None
+    kv_usage: float | None
+    acceptance_rate: float | None
+    acceptance_length: float | None
+    per_position: list[float] | None
+
+
+class LiveSampleOut(Out):
+    at: float
+    tokens_per_s: float | None
+    acceptance_length: float | None
+    running: float | None
+
+
+class RunMetricsOut(Out):
+    run_id: int
+    rows: list[MetricRowOut]  # one per minute (older: per hour)
+    live: list[LiveSampleOut]  # the newest per-interval samples while the run serves
 
 
 class StatusOut(Out):
@@ -186,6 +221,9 @@ class StatusOut(Out):
     gpu_error: str | None = None
     units: dict[str, UnitStateOut]
     strays: list[VictimOut]
+    serving_run_id: int | None = None
+    conflicts: list[str] = []
+    serving: ServingNow | None = None  # the serving engine's current figures
 
 
 class ProfileOut(Out):

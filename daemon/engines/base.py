@@ -73,6 +73,10 @@ class MetricsSnapshot:
     spec_accept_length_gauge: float | None = None
     spec_accept_rate_gauge: float | None = None
     server_accept_length: float | None = None
+    # Gauges of the moment: requests running and waiting, KV cache usage (0..1).
+    running: float | None = None
+    waiting: float | None = None
+    kv_usage: float | None = None
 
 
 @dataclass(frozen=True)
@@ -103,6 +107,12 @@ def metric_samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
 def total(samples: dict[str, list[tuple[dict[str, str], float]]], name: str) -> float | None:
     rows = samples.get(name)
     return None if rows is None else sum(v for _, v in rows)
+
+
+def mean(samples: dict[str, list[tuple[dict[str, str], float]]], name: str) -> float | None:
+    """A per-rank gauge (KV usage, accept length): the mean over ranks, not the sum."""
+    rows = samples.get(name)
+    return sum(v for _, v in rows) / len(rows) if rows else None
 
 
 def delta(after: float | None, before: float | None) -> float | None:
@@ -189,6 +199,16 @@ class Engine(ABC):
 
     def parse_metrics(self, text: str) -> MetricsSnapshot:
         return MetricsSnapshot()
+
+    def scrape_paths(self, profile: Profile) -> tuple[str, ...]:
+        """What the serving watch reads each interval (the metrics endpoint, and engine extras)."""
+        path = self.metrics_path(profile)
+        return (path,) if path else ()
+
+    def snapshot(self, profile: Profile, bodies: dict[str, str]) -> MetricsSnapshot:
+        """The counters from the bodies of `scrape_paths` (a path that did not answer is missing)."""
+        path = self.metrics_path(profile)
+        return self.parse_metrics(bodies[path]) if path and path in bodies else MetricsSnapshot()
 
     def usage_delta(self, profile: Profile, before: MetricsSnapshot, after: MetricsSnapshot) -> UsageDelta:
         return UsageDelta(

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import json
 import re
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from daemon.engines.base import (
@@ -12,6 +14,7 @@ from daemon.engines.base import (
     Readiness,
     UsageDelta,
     delta,
+    mean,
     metric_samples,
     ratio,
     total,
@@ -32,6 +35,8 @@ M_ITL = "sglang:inter_token_latency_seconds"
 M_E2E = "sglang:e2e_request_latency_seconds"
 M_THROUGHPUT = "sglang:gen_throughput"
 M_RUNNING = "sglang:num_running_reqs"
+M_WAITING = "sglang:num_queue_reqs"
+M_KV_USAGE = "sglang:token_usage"
 SERVER_INFO_PATH = "/server_info"
 
 # What the engine prints and how its processes are named (the sandbox's fake engine speaks the same).
@@ -103,16 +108,30 @@ class SglangEngine(Engine):
 
     def parse_metrics(self, text: str) -> MetricsSnapshot:
         s = metric_samples(text)
-        lengths = [v for _, v in s.get(M_ACCEPT_LENGTH, [])]
-        rates = [v for _, v in s.get(M_ACCEPT_RATE, [])]
         return MetricsSnapshot(
             prompt_tokens=total(s, M_PROMPT),
             generation_tokens=total(s, M_GENERATION),
             requests=total(s, M_REQUESTS),
             # Gauges are per TP rank: the mean, not the sum.
-            spec_accept_length_gauge=sum(lengths) / len(lengths) if lengths else None,
-            spec_accept_rate_gauge=sum(rates) / len(rates) if rates else None,
+            spec_accept_length_gauge=mean(s, M_ACCEPT_LENGTH),
+            spec_accept_rate_gauge=mean(s, M_ACCEPT_RATE),
+            running=total(s, M_RUNNING),
+            waiting=total(s, M_WAITING),
+            kv_usage=mean(s, M_KV_USAGE),
         )
+
+    def scrape_paths(self, profile: Profile) -> tuple[str, ...]:
+        # /server_info's lifetime mean accept length, diffed between scrapes, gives acceptance.
+        return (*super().scrape_paths(profile), SERVER_INFO_PATH)
+
+    def snapshot(self, profile: Profile, bodies: dict[str, str]) -> MetricsSnapshot:
+        snap = super().snapshot(profile, bodies)
+        try:
+            info = json.loads(bodies[SERVER_INFO_PATH]) if SERVER_INFO_PATH in bodies else {}
+        except ValueError:
+            info = {}
+        length = self.server_accept_length(info) if isinstance(info, dict) else None
+        return replace(snap, server_accept_length=length)
 
     @staticmethod
     def server_accept_length(server_info: dict[str, Any]) -> float | None:

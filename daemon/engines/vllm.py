@@ -13,6 +13,7 @@ from daemon.engines.base import (
     Readiness,
     UsageDelta,
     delta,
+    mean,
     metric_samples,
     ratio,
     total,
@@ -115,6 +116,9 @@ class VllmEngine(Engine):
             spec_draft_tokens=total(s, M_DRAFT_TOKENS),
             spec_accepted=total(s, M_ACCEPTED),
             spec_accepted_per_pos=per_pos,
+            running=total(s, M_RUNNING),
+            waiting=total(s, M_WAITING),
+            kv_usage=mean(s, M_KV_USAGE),
         )
 
     def usage_delta(self, profile: Profile, before: MetricsSnapshot, after: MetricsSnapshot) -> UsageDelta:

@@ -24,7 +24,15 @@ from daemon.sandbox.fake_http import FakeConfig, build_app
 from daemon.sandbox.fake_procs import WorkerSpec, log, shm_token, spawn, stop_workers
 from daemon.settings import load_settings
 
-FAULTS = ("crash-loading", "deadlock", "ignore-sigterm", "orphan", "leak-shm")
+FAULTS = (
+    "crash-loading",
+    "deadlock",
+    "ignore-sigterm",
+    "orphan",
+    "leak-shm",
+    "crash-after-ready",
+    "hang-after-ready",
+)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -48,6 +56,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     p.add_argument("--shm-dir", type=Path, default=Path("/dev/shm"))
     p.add_argument("--fault", action="append", choices=FAULTS, default=[])
+    p.add_argument(
+        "--fault-after", type=int, default=3, help="*-after-ready: requests served first (probe incl.)"
+    )
     return p.parse_args(argv)
 
 
@@ -161,6 +172,8 @@ def main(argv: list[str] | None = None) -> int:
         acceptance=args.acceptance,
         warmup_s=args.warmup_seconds if args.flavor == "sglang" else 0.0,
         deadlock="deadlock" in args.fault,
+        crash_after=args.fault_after if "crash-after-ready" in args.fault else None,
+        hang_after=args.fault_after if "hang-after-ready" in args.fault else None,
     )
     app = build_app(cfg, time.monotonic(), announce_ready=lambda: log(sg.LINE_READY))
     server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=False))

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
@@ -32,6 +33,9 @@ class FakeConfig:
     acceptance: float  # per-draft-token acceptance (vLLM's definition)
     warmup_s: float
     deadlock: bool
+    # Faults that strike while serving: after this many requests (the readiness probe is the first).
+    crash_after: int | None = None  # the engine exits once that many requests have finished
+    hang_after: int | None = None  # later requests never get a token; /health stays 200
 
 
 def _counter(name: str) -> str:
@@ -46,6 +50,8 @@ class Stats:
         self.carry = 0.0
         self.steps = 0
         self.tokens = 0
+        self.started = 0  # requests that asked for tokens
+        self.finished = 0
         self.registry = CollectorRegistry()
         r = self.registry
         if cfg.flavor == "vllm":
@@ -131,12 +137,15 @@ def build_app(cfg: FakeConfig, started: float, announce_ready: Callable[[], None
         return JSONResponse({"version": "fake", "internal_states": [state]})
 
     async def tokens(max_tokens: int) -> AsyncIterator[int]:
-        if cfg.deadlock:
+        stats.started += 1
+        if cfg.deadlock or (cfg.hang_after is not None and stats.started > cfg.hang_after):
             await hang.wait()
-        produced = 0
+        produced, began = 0, time.monotonic()
         while produced < max_tokens:
             n = min(stats.step(), max_tokens - produced)
-            await asyncio.sleep(n / cfg.rate)  # the simulated decode time of this step
+            # The simulated decode time of this step, paced against the request's start so that sleep
+            # overshoot does not add up: the stream runs at `rate` tokens/s.
+            await asyncio.sleep(max(0.0, began + (produced + n) / cfg.rate - time.monotonic()))
             produced += n
             stats.gen.inc(n)
             yield n
@@ -238,3 +247,7 @@ def _count_request(stats: Stats, cfg: FakeConfig) -> None:
         stats.requests.labels(**stats.labels, finished_reason="length").inc()
     else:
         stats.requests.labels(**stats.labels).inc()
+    stats.finished += 1
+    if cfg.crash_after is not None and stats.finished >= cfg.crash_after:
+        # The crash-after-ready fault: exit as a crashed engine does (the answer just sent gets out first).
+        asyncio.get_running_loop().call_later(0.05, os._exit, 1)

@@ -90,7 +90,9 @@ def fake_engine_profile(
     spec: dict[str, float] | None = None,
     unit: str | None = None,
     faults: tuple[str, ...] = (),
+    fault_after: int | None = None,
     probe_timeout_s: float = 10.0,
+    settings: dict[str, str] | None = None,
 ) -> str:
     """A profile served by the fake engine (an ordinary profile: engine vllm or sglang plus `command`)."""
     model = models / "Kimi-K2.5-INT4"
@@ -115,6 +117,8 @@ def fake_engine_profile(
         command += ["--spec-tokens", str(int(spec["k"])), "--acceptance", str(spec["acceptance"])]
     for fault in faults:
         command += ["--fault", fault]
+    if fault_after is not None:
+        command += ["--fault-after", str(fault_after)]
     lines = [
         f'description = "{name} (fake {flavor} engine in the sandbox)"',
         f'engine = "{flavor}"',
@@ -127,6 +131,7 @@ def fake_engine_profile(
     ]
     if unit:
         lines.append(f'unit = "{unit}"')
+    lines += [f"{key} = {value}" for key, value in (settings or {}).items()]  # values as TOML text
     lines.append(f"command = {json.dumps(command)}")
     if spec:
         lines += ["", "[speculative]", 'method = "eagle3"', f'draft_model = "{models / "Kimi-K2.5-EAGLE3"}"']
@@ -139,7 +144,14 @@ def make_models(models: Path) -> None:
         (models / d).mkdir(parents=True, exist_ok=True)
 
 
-def write_tree(root: Path, *, port: int, extra_profiles: Path | None, load_seconds: float) -> dict[str, int]:
+def write_tree(
+    root: Path,
+    *,
+    port: int,
+    extra_profiles: Path | None,
+    load_seconds: float,
+    settings: dict[str, str] | None = None,
+) -> dict[str, int]:
     """Everything but the boot script; returns the engine ports it allocated."""
     etc, state, dev = root / "etc", root / "state", root / "dev"
     for d in (
@@ -168,22 +180,22 @@ def write_tree(root: Path, *, port: int, extra_profiles: Path | None, load_secon
         for f in sorted(extra_profiles.glob("*.toml")):
             shutil.copy(f, etc / "profiles.d" / f.name)
     config = etc / "k25-ctl.toml"
-    config.write_text(
-        "\n".join(
-            [
-                f'config_dir = "{etc}"',
-                f'state_dir = "{state}"',
-                'gpu_backend = "simulated"',
-                f'gpu_device_glob = "{dev}/nvidia*"',
-                f"sim_gpu_count = {GPU_COUNT}",
-                'bind_host = "127.0.0.1"',
-                f"port = {port}",
-                "term_grace_s = 5",
-                "kill_grace_s = 5",
-                "verify_timeout_s = 20",
-                "",
-            ]
-        )
-    )
+    values = {
+        "config_dir": json.dumps(str(etc)),
+        "state_dir": json.dumps(str(state)),
+        "gpu_backend": '"simulated"',
+        "gpu_device_glob": json.dumps(f"{dev}/nvidia*"),
+        "sim_gpu_count": str(GPU_COUNT),
+        "bind_host": '"127.0.0.1"',
+        "port": str(port),
+        "term_grace_s": "5",
+        "kill_grace_s": "5",
+        "verify_timeout_s": "20",
+        # The serving watch at a test's pace (production: 10 s, 120 s, 5 s).
+        "watch_interval_s": "1",
+        "stall_s": "4",
+        "restart_backoff_s": "0.5",
+    } | (settings or {})  # values as TOML text
+    config.write_text("".join(f"{k} = {v}\n" for k, v in values.items()))
     write_units(root, config)
     return ports

@@ -125,14 +125,18 @@ def up(
     profiles: Path | None = None,
     load_seconds: float = 2.0,
     within_s: float = 90.0,
+    settings: dict[str, str] | None = None,
 ) -> SandboxInfo:
+    """Boot a sandbox; `settings` override the daemon's (TOML values as text: {"watch_interval_s": "10"})."""
     if os.geteuid() != 0:
         raise K25Error("the sandbox needs root (it boots systemd in namespaces)")
     SANDBOX_HOME.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="sbx-", dir=SANDBOX_HOME))
     name = root.name
     port = port or free_port()
-    engine_ports = write_tree(root, port=port, extra_profiles=profiles, load_seconds=load_seconds)
+    engine_ports = write_tree(
+        root, port=port, extra_profiles=profiles, load_seconds=load_seconds, settings=settings
+    )
     cgroups = plan_cgroups(name)
     script = _boot_script(root, cgroups)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

@@ -32,6 +32,12 @@ class Run(SQLModel, table=True):
     argv: str | None = None  # JSON list
     profile_sha256: str | None = None
     unit: str | None = None
+    # A serving run's totals, kept current as its metric rows are written.
+    served_s: float | None = None
+    requests: float | None = None
+    prompt_tokens: float | None = None
+    generation_tokens: float | None = None
+    acceptance_length: float | None = None  # mean over the run (bonus token included)
 
 
 class RunEvent(SQLModel, table=True):
@@ -52,3 +58,25 @@ class TeardownRecord(SQLModel, table=True):
     created_at: datetime = Field(default_factory=utcnow)
     ok: bool
     report: str  # JSON of the TeardownReport
+
+
+class ServingMetric(SQLModel, table=True):
+    """One row per minute of a serving run (compacted to one per hour later): what the engine did."""
+
+    __tablename__ = "serving_metrics"
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", index=True)
+    at: datetime = Field(index=True)  # start of the period
+    resolution: str = "minute"  # minute | hour
+    seconds: float  # the span the deltas cover
+    requests: float = 0.0
+    prompt_tokens: float = 0.0
+    generation_tokens: float = 0.0
+    tokens_per_s: float = 0.0
+    running: float | None = None  # gauges: the last value seen in the period
+    waiting: float | None = None
+    kv_usage: float | None = None
+    acceptance_rate: float | None = None  # the engine's native rate
+    acceptance_length: float | None = None
+    per_position: str | None = None  # JSON list of per-position acceptance (vLLM)

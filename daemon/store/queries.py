@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,7 +14,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, select
 
 from daemon.errors import StoreError
-from daemon.run_types import FINAL_OUTCOMES, NewRun, Outcome, Phase, Progress
+from daemon.run_types import FINAL_OUTCOMES, NewRun, Outcome, Phase, Progress, RunKind
 from daemon.store.db import make_engine, upgrade
 from daemon.store.models import Run, RunEvent, TeardownRecord, utcnow
 
@@ -41,7 +41,7 @@ class Store:
         self.engine = engine
 
     @contextlib.contextmanager
-    def _session(self) -> Iterator[Session]:
+    def session(self) -> Iterator[Session]:
         """A session; any database failure (locked, disk full, corrupt) becomes a StoreError here."""
         try:
             with Session(self.engine) as s:
@@ -61,7 +61,7 @@ class Store:
         return cls(engine)
 
     def create_run(self, new: NewRun) -> int:
-        with self._session() as s:
+        with self.session() as s:
             fields = asdict(new) | {"argv": json.dumps(new.argv) if new.argv is not None else None}
             run = Run(**fields)
             s.add(run)
@@ -79,8 +79,8 @@ class Store:
     ) -> int:
         """One event and the run's current phase (its load progress, its load time once HTTP is up) in
         one transaction; returns the event's id."""
-        with self._session() as s:
-            run = _get(s, run_id)
+        with self.session() as s:
+            run = require_run(s, run_id)
             event = RunEvent(run_id=run_id, phase=phase, detail=detail)
             run.phase = phase
             if progress is not None:
@@ -93,30 +93,36 @@ class Store:
             return _id(event.id)
 
     def finish_run(
-        self, *, run_id: int, outcome: Outcome, error: str | None = None, load_seconds: float | None = None
+        self,
+        *,
+        run_id: int,
+        outcome: Outcome,
+        error: str | None = None,
+        load_seconds: float | None = None,
+        detail: str | None = None,
     ) -> int:
         """The run's outcome, end and final phase, and its last event; returns that event's id."""
-        with self._session() as s:
-            run = _get(s, run_id)
+        with self.session() as s:
+            run = require_run(s, run_id)
             run.outcome, run.ended_at, run.phase = outcome, utcnow(), outcome.phase
             if error is not None:
                 run.error = error
             if load_seconds is not None:
                 run.load_seconds = load_seconds
-            event = RunEvent(run_id=run_id, phase=outcome.phase, detail=error or "")
+            event = RunEvent(run_id=run_id, phase=outcome.phase, detail=detail or error or "")
             s.add_all([event, run])
             s.commit()
             return _id(event.id)
 
     def save_teardown(self, *, run_id: int | None, ok: bool, report: dict[str, Any]) -> int:
-        with self._session() as s:
+        with self.session() as s:
             rec = TeardownRecord(run_id=run_id, ok=ok, report=json.dumps(report, default=str))
             s.add(rec)
             s.commit()
             return _id(rec.id)
 
     def get_run(self, *, run_id: int) -> RunView | None:
-        with self._session() as s:
+        with self.session() as s:
             run = s.get(Run, run_id)
             if run is None:
                 return None
@@ -127,16 +133,18 @@ class Store:
             return RunView(run, list(events), list(tds))
 
     def list_runs(self, *, profile: str | None = None, limit: int = 50) -> list[Run]:
-        with self._session() as s:
+        with self.session() as s:
             q = select(Run).order_by(col(Run.id).desc()).limit(limit)
             if profile:
                 q = q.where(Run.profile == profile)
             return list(s.exec(q).all())
 
-    def mark_interrupted(self) -> list[int]:
-        """Runs left unfinished by a daemon that died: they end as `interrupted`."""
-        with self._session() as s:
-            runs = s.exec(select(Run).where(col(Run.outcome).not_in(FINAL_OUTCOMES))).all()
+    def mark_interrupted(self, keep: Collection[int] = ()) -> list[int]:
+        """Runs left unfinished by a daemon that died end as `interrupted`, except `keep` (a serving run
+        whose engine still serves)."""
+        with self.session() as s:
+            q = select(Run).where(col(Run.outcome).not_in(FINAL_OUTCOMES), col(Run.id).not_in(list(keep)))
+            runs = s.exec(q).all()
             for run in runs:
                 run.outcome, run.ended_at = Outcome.INTERRUPTED, utcnow()
                 run.phase = Phase.INTERRUPTED
@@ -154,7 +162,7 @@ class Store:
     def metrics_summary(self) -> MetricsSummary:
         """Aggregated in SQL (one scrape must not read every run): counts by kind and outcome, each
         profile's newest good switch, the newest teardown's duration."""
-        with self._session() as s:
+        with self.session() as s:
             counts = s.exec(select(Run.kind, Run.outcome, func.count()).group_by(Run.kind, Run.outcome)).all()
             newest = (
                 select(func.max(Run.id))
@@ -176,15 +184,20 @@ class Store:
             teardown_seconds=json.loads(last_td.report).get("steps", {}).get("total_s") if last_td else None,
         )
 
+    def open_runs(self, *, kind: RunKind) -> list[Run]:
+        with self.session() as s:
+            q = select(Run).where(Run.kind == kind, Run.outcome == Outcome.RUNNING).order_by(col(Run.id))
+            return list(s.exec(q).all())
+
     def last_good_profile(self) -> str | None:
         """The profile of the newest run that ended active: what rollback returns to."""
-        with self._session() as s:
+        with self.session() as s:
             q = select(Run).where(Run.outcome == Outcome.ACTIVE).order_by(col(Run.id).desc()).limit(1)
             run = s.exec(q).first()
             return run.profile if run else None
 
 
-def _get(s: Session, run_id: int) -> Run:
+def require_run(s: Session, run_id: int) -> Run:
     run = s.get(Run, run_id)
     if run is None:
         raise LookupError(f"no run {run_id}")

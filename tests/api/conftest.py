@@ -54,7 +54,10 @@ def make_settings(tmp_path: Path, **overrides: object) -> Settings:
 
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    settings = make_settings(tmp_path)
+    # A fast serving watch: the fakes answer at once.
+    settings = make_settings(
+        tmp_path, watch_interval_s=0.05, stall_s=0.5, restart_backoff_s=0.0, metrics_row_s=0.3
+    )
     journal = FakeJournal()
     units = {
         "vllm-kimi-k25-int4.service",

@@ -137,10 +137,17 @@ class FakeProber:
         self.gate = asyncio.Event()
         self.gate.set()
         self.broken: set[str] = set()
+        self.metrics: dict[str, str] = {}  # profile -> its /metrics text
 
-    async def health(self, profile: Profile, engine: Engine) -> int | None:
+    async def health(self, profile: Profile, engine: Engine, *, timeout_s: float = 5.0) -> int | None:
         st = self.systemd.states.get(profile.unit)
         return 200 if st is not None and st.active_state == "active" else None
+
+    async def scrape(self, profile: Profile, engine: Engine, *, timeout_s: float = 5.0) -> dict[str, str]:
+        st = self.systemd.states.get(profile.unit)
+        if st is None or st.active_state != "active":
+            return {}
+        return {engine.metrics_path(profile) or "/metrics": self.metrics.get(profile.name, "")}
 
     async def generate(self, profile: Profile, engine: Engine, progress: ProbeProgress) -> int:
         await self.gate.wait()

@@ -93,6 +93,7 @@ def test_cli_activate_wait_and_exit_codes(api: Api, sandbox: SandboxInfo) -> Non
 
 def test_daemon_restart_leaves_the_engine_serving(api: Api, sandbox: SandboxInfo) -> None:
     api.activate("baseline")
+    serving = api.wait_until(lambda: api.status()["serving_run_id"], what="serving")
     engine_pid = inside(
         sandbox, "systemctl", "show", "-p", "MainPID", "--value", "vllm-kimi-k25-int4.service"
     ).stdout
@@ -106,3 +107,8 @@ def test_daemon_restart_leaves_the_engine_serving(api: Api, sandbox: SandboxInfo
     assert after == engine_pid
     status = api.status()
     assert (status["state"], status["active_profile"]) == ("active", "baseline")
+    # The serving run carries on across the daemon's restart (not interrupted, not a new one).
+    assert status["serving_run_id"] == serving
+    run = api.run(serving)
+    assert run["outcome"] == "running"
+    assert "followed again after a daemon restart" in [e["detail"] for e in run["events"]]

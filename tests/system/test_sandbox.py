@@ -12,7 +12,7 @@ import httpx
 
 from daemon.sandbox import sandbox as sbx
 from daemon.sandbox.sandbox import SandboxInfo
-from tests.sandboxing import inside, probe, write_fault_profiles
+from tests.sandboxing import Api, inside, probe, write_fault_profiles
 
 K25 = str(Path(sys.executable).parent / "k25-ctl")
 
@@ -45,7 +45,8 @@ def test_status_json_from_the_cli(sandbox: SandboxInfo) -> None:
 
 def test_two_sandboxes_at_once_and_down_leaves_nothing(sandbox: SandboxInfo, tmp_path: Path) -> None:
     write_fault_profiles(tmp_path / "profiles", tmp_path / "models")
-    up = [K25, "sandbox", "up", "--json", "--load-seconds", "0.5", "--profiles", str(tmp_path / "profiles")]
+    up = [K25, "sandbox", "up", "--json", "--load-seconds", "0.5", "--profiles", str(tmp_path / "profiles"),
+          "--activate", "baseline"]  # fmt: skip
     r = subprocess.run(up, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     other = sbx.SandboxInfo(**{k: v for k, v in json.loads(r.stdout).items() if k != "alive"})
@@ -57,6 +58,12 @@ def test_two_sandboxes_at_once_and_down_leaves_nothing(sandbox: SandboxInfo, tmp
 
 
 def _two_at_once(sandbox: SandboxInfo, other: SandboxInfo) -> None:
+    # `--activate` started the engine after the daemon was up: the daemon followed it.
+    other_api = Api(other)
+    status = other_api.wait_until(
+        lambda: (s := other_api.status())["state"] == "active" and s, what="followed the --activate start"
+    )
+    assert status["active_profile"] == "baseline"
     assert other.port != sandbox.port
     assert other.dir != sandbox.dir
     assert other.pid_ns != sandbox.pid_ns

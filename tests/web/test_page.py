@@ -66,8 +66,11 @@ def test_page_activate_with_live_progress(page: Any, api: Api, sandbox: SandboxI
     assert len(seen - {"0%"}) >= 3, seen
     assert page.text_content("#state") == "active"
     assert page.evaluate("() => sessionStorage.getItem('k25-token')") == sandbox.token
-    page.wait_for_function(
-        "document.querySelector('#runs tr td:nth-child(4)').textContent === 'active'", timeout=15000
+    page.wait_for_function(  # the newest switch run (above it: the serving run it started)
+        """() => { const row = Array.from(document.querySelectorAll('#runs tr'))
+                     .find((tr) => tr.children[1] && tr.children[1].textContent === 'switch');
+                   return row && row.children[3].textContent === 'active'; }""",
+        timeout=15000,
     )
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "web-status-page.png"
@@ -75,3 +78,43 @@ def test_page_activate_with_live_progress(page: Any, api: Api, sandbox: SandboxI
     assert shot.stat().st_size > 10_000
     assert errors == []
     api.activate("baseline")
+
+
+def test_page_shows_the_live_chart_then_the_crash(page: Any, api: Api, sandbox: SandboxInfo) -> None:
+    import threading
+
+    import httpx
+
+    from tests.sandboxing import inside
+
+    assert api.activate("brittle", force=True)["outcome"] == "active"
+    port = api.client.get("/profiles/brittle").json()["port"]
+    stop = threading.Event()
+
+    def traffic() -> None:
+        with httpx.Client(timeout=30) as c:
+            while not stop.is_set():
+                try:
+                    c.post(f"http://127.0.0.1:{port}/v1/completions", json={"prompt": "x", "max_tokens": 60})
+                except httpx.HTTPError:
+                    return  # the engine was killed
+
+    t = threading.Thread(target=traffic, daemon=True)
+    t.start()
+    page.goto(sandbox.url + "/")
+    page.wait_for_selector("#serving-card:not([hidden])", timeout=15000)
+    page.wait_for_function(  # the chart has drawn several live samples
+        "document.querySelector('#chart-tps polyline').getAttribute('points').split(' ').length >= 3",
+        timeout=30000,
+    )
+    assert float(page.text_content("#serving-tps")) > 0
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "web-serving-chart.png"), full_page=True)
+    inside(sandbox, "systemctl", "kill", "-s", "KILL", "k25-engine@brittle.service")
+    stop.set()
+    page.wait_for_function("document.getElementById('state').textContent === 'failed'", timeout=15000)
+    assert "exited on its own" in page.text_content("#reason")
+    page.wait_for_selector("#serving-card", state="hidden", timeout=15000)
+    page.screenshot(path=str(ARTIFACTS / "web-crash.png"), full_page=True)
+    t.join(timeout=30)
+    assert api.activate("baseline")["outcome"] == "active"
