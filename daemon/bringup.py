@@ -57,7 +57,9 @@ async def bring_up(
     prober: EnginePort,
     events: BringUpEvents,
     start_timeout_s: float = 120.0,
+    start: bool = True,
 ) -> BringUp:
+    """`start=False`: the unit already runs (a daemon restart cut the switch short): follow it instead."""
     ignore = ignore_patterns(profile)
     seen = BringUp()
     http_up = asyncio.Event()
@@ -96,13 +98,14 @@ async def bring_up(
         tasks = [asyncio.create_task(read_journal()), asyncio.create_task(ask_health())]
         unit_down = asyncio.create_task(watch_unit())
         try:
-            await events.phase(Phase.START, profile.unit)
-            outcome = await systemd.start(profile.unit, within_s=start_timeout_s)
+            if start:
+                await events.phase(Phase.START, profile.unit)
+                outcome = await systemd.start(profile.unit, within_s=start_timeout_s)
+                if not outcome.ok:
+                    raise BringUpFailed(
+                        f"systemd could not start {profile.unit}: job {outcome.job_result}", seen.errors
+                    )
             start_done.set()
-            if not outcome.ok:
-                raise BringUpFailed(
-                    f"systemd could not start {profile.unit}: job {outcome.job_result}", seen.errors
-                )
             now = await systemd.state(profile.unit)
             if now.is_down:  # it died before the stream could tell: a crash right at exec
                 raise BringUpFailed(
@@ -110,7 +113,8 @@ async def bring_up(
                     f"status {now.exec_main_status})",
                     seen.errors,
                 )
-            await events.phase(Phase.LOADING, f"{profile.unit} started (main PID {outcome.state.main_pid})")
+            how = "started" if start else "followed after a daemon restart"
+            await events.phase(Phase.LOADING, f"{profile.unit} {how} (main PID {now.main_pid})")
             await _first(http_up.wait(), unit_down, profile.load_timeout_s, Phase.LOADING, profile, seen)
             seen.load_seconds = time.monotonic() - began
             await events.phase(

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from dataclasses import asdict
 from typing import Any
 
+from daemon import redact
 from daemon.api.schemas import (
     AcceptedOut,
     CancelOut,
@@ -58,7 +59,7 @@ class Controller:
         self.hub: StateHub = recorder.hub
         self.default_profile = default_profile
         self.reconciled = Reconciled()
-        self.collector = K25Collector(self.hub, self.store, inventory.gpu_view, watch.now)
+        self.collector = K25Collector(self.hub, self.store, inventory.sampler, watch.now)
 
     async def metrics(self) -> bytes:
         return await asyncio.to_thread(render_metrics, self.collector)
@@ -69,14 +70,14 @@ class Controller:
     async def status(self) -> StatusOut:
         st = self.hub.status
         run = await self.run(st.run_id) if st.run_id else None
-        gpus, gpu_error = await self.inventory.gpus()
+        gpus, gpu_error = self.inventory.gpus()
         return StatusOut(
             **asdict(st),
             current_run=run,
             gpus=gpus,
             gpu_error=gpu_error,
             units=await self.inventory.unit_states(),
-            strays=[VictimOut.model_validate(v) for v in self.reconciled.strays],
+            strays=[VictimOut.model_validate(v) for v in self.inventory.sampler.strays],
             serving=self.watch.now(),
         )
 
@@ -148,7 +149,7 @@ class Controller:
                 yield {
                     "id": e.id,
                     "phase": e.phase,
-                    "detail": e.detail,
+                    "detail": redact.text(e.detail),
                     "at": e.at.isoformat(),
                     "run_id": run_id,
                 }
@@ -158,13 +159,13 @@ class Controller:
                 event = await live.get()
                 if event["id"] <= last:
                     continue
-                yield event | {"run_id": run_id}
+                yield event | {"run_id": run_id, "detail": redact.text(event.get("detail") or "")}
                 if event.get("final"):
                     return
 
     async def host_events(self) -> AsyncIterator[dict[str, Any]]:
         async for status in self.hub.subscribe():
-            yield status.to_dict()
+            yield status.to_dict() | {"reason": redact.optional_text(status.reason)}
 
     async def teardown_plan(self) -> TeardownPlanOut:
         return TeardownPlanOut.model_validate(await self.teardown.plan(managed_units=self._units()))

@@ -9,19 +9,19 @@ from typing import TYPE_CHECKING
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
-from daemon.host.gpu import GpuUnavailable, GpuView
 from daemon.hoststate import HostState, StateHub
 from daemon.store.queries import Store
 
 if TYPE_CHECKING:
+    from daemon.sampler import HostSampler
     from daemon.watch import ServingNow
 
 
 class K25Collector:
     def __init__(
-        self, hub: StateHub, store: Store, gpus: GpuView, serving: Callable[[], ServingNow | None]
+        self, hub: StateHub, store: Store, sampler: HostSampler, serving: Callable[[], ServingNow | None]
     ) -> None:
-        self.hub, self.store, self.gpus, self.serving = hub, store, gpus, serving
+        self.hub, self.store, self.sampler, self.serving = hub, store, sampler, serving
 
     def collect(self) -> Iterator[Metric]:
         st = self.hub.status
@@ -60,12 +60,9 @@ class K25Collector:
         yield from self._serving()
         used = GaugeMetricFamily("k25_gpu_memory_used_mib", "GPU memory in use", labels=["gpu"])
         total = GaugeMetricFamily("k25_gpu_memory_total_mib", "GPU memory", labels=["gpu"])
-        try:
-            gpus = self.gpus.gpus(light=True)
-        except GpuUnavailable:
-            gpus = []  # the scrape goes on; k25_gpu_readable says why the GPU series are missing
+        gpus = self.sampler.gpus  # the shared sample: a scrape never reads NVML itself
         readable = GaugeMetricFamily("k25_gpu_readable", "1 when the GPUs could be read (NVML)")
-        readable.add_metric([], 1.0 if gpus or not self.gpus.required else 0.0)
+        readable.add_metric([], 0.0 if self.sampler.gpu_error else 1.0)
         yield readable
         for gpu in gpus:
             used.add_metric([str(gpu.index)], float(gpu.memory_used_mib))

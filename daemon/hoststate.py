@@ -39,6 +39,7 @@ class HostStatus:
     since: float = field(default_factory=time.time)
     serving_run_id: int | None = None  # the serving run while a profile is active
     conflicts: tuple[str, ...] = ()  # managed units running beside the active one (started behind our back)
+    warnings: tuple[str, ...] = ()  # what the operator must know whatever the state (a database moved aside)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -111,7 +112,11 @@ def _age(seconds: float) -> str:
 
 def describe(st: HostStatus, now: float | None = None) -> str:
     """One line for `systemctl status k25-ctl` (sd_notify STATUS=)."""
-    now = time.time() if now is None else now
+    line = _state_line(st, time.time() if now is None else now)
+    return line + "".join(f" | WARNING: {w}" for w in st.warnings)
+
+
+def _state_line(st: HostStatus, now: float) -> str:
     if st.state is HostState.ACTIVE:
         line = f"active: {st.active_profile} (ready {_age(now - st.since)})"
         return line + (f"; CONFLICT: {', '.join(st.conflicts)} also running" if st.conflicts else "")

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Mapping
 
 from daemon.api.schemas import GpuOut, ProfileOut, UnitStateOut
 from daemon.engines import engine_for
 from daemon.engines.checks import load_checked_profiles
 from daemon.errors import K25Error
-from daemon.host.gpu import GpuUnavailable, GpuView
-from daemon.host.systemd import SystemdPort
+from daemon.host.gpu import GpuView
+from daemon.host.systemd import SystemdPort, UnitState
 from daemon.profiles import ProfileSet
+from daemon.sampler import HostSampler
 from daemon.settings import Settings
 
 log = logging.getLogger("k25.profiles")
@@ -23,6 +25,8 @@ class Inventory:
         self._systemd = systemd
         self._gpus = gpus
         self.profiles = ProfileSet()
+        self.unit_cache: Callable[[], Mapping[str, UnitState]] = dict
+        self.sampler: HostSampler  # set by the app (it needs the teardown)
 
     @property
     def gpu_view(self) -> GpuView:
@@ -47,10 +51,12 @@ class Inventory:
         return fresh
 
     async def unit_states(self) -> dict[str, UnitStateOut]:
+        """From the watch's followers (systemd's change events); D-Bus only for a unit not followed yet."""
         out: dict[str, UnitStateOut] = {}
+        cached = self.unit_cache()
         for name, lp in self.profiles.valid.items():
             try:
-                st = await self._systemd.state(lp.profile.unit)
+                st = cached.get(lp.profile.unit) or await self._systemd.state(lp.profile.unit)
                 out[name] = UnitStateOut(
                     unit=lp.profile.unit, active_state=st.active_state, sub_state=st.sub_state
                 )
@@ -58,13 +64,9 @@ class Inventory:
                 out[name] = UnitStateOut(unit=lp.profile.unit, error=str(e))
         return out
 
-    async def gpus(self) -> tuple[list[GpuOut], str | None]:
-        """The GPUs, or none and why they cannot be read."""
-        try:
-            found = await asyncio.to_thread(self._gpus.gpus)
-        except GpuUnavailable as e:
-            return [], str(e)
-        return [GpuOut.model_validate(g) for g in found], None
+    def gpus(self) -> tuple[list[GpuOut], str | None]:
+        """The GPUs as the sampler last saw them, or none and why they cannot be read."""
+        return [GpuOut.model_validate(g) for g in self.sampler.gpus], self.sampler.gpu_error
 
     def profile_list(self, units: dict[str, UnitStateOut]) -> list[ProfileOut]:
         out: list[ProfileOut] = []

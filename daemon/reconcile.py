@@ -13,12 +13,16 @@ from daemon.host.systemd import SystemdPort
 from daemon.hoststate import HostState
 from daemon.profiles import ProfileSet
 from daemon.recorder import HostAfter, RunRecorder
-from daemon.run_types import RunKind
+from daemon.run_types import CutShort, Phase, RunKind
+from daemon.store.queries import Store
 from daemon.switch import ServingHooks
 from daemon.teardown import Victim
 from daemon.teardown_exec import Teardown
 
 log = logging.getLogger("k25.reconcile")
+
+
+STARTING = (Phase.START, Phase.LOADING, Phase.PROBING)
 
 
 @dataclass(frozen=True)
@@ -27,6 +31,8 @@ class Reconciled:
     active_units: list[str] = field(default_factory=list)
     adopted: str | None = None
     strays: list[Victim] = field(default_factory=list)
+    resume: CutShort | None = None  # its engine runs but was never proven ready: probe it first
+    restore: CutShort | None = None  # nothing runs: finish its undo (the known-good profile comes back)
 
 
 async def reconcile(
@@ -45,15 +51,20 @@ async def reconcile(
                 active.append(name)
     last_good = await asyncio.to_thread(store.last_good_profile)
     chosen = last_good if last_good in active else (active[0] if active else None)
+    last = await _last_switch(store)
+    resume = last if last and last.profile == chosen and last.phase in STARTING else None
+    restore = last if last and chosen is None else None
     # The serving run of the engine that still serves carries on; every other unfinished run was cut short.
     open_serving = await asyncio.to_thread(store.open_runs, kind=RunKind.SERVING)
-    keep = [r.id for r in open_serving if r.profile == chosen and r.id is not None][-1:]
+    keep = [r.id for r in open_serving if r.profile == chosen and r.id is not None and not resume][-1:]
     interrupted = await asyncio.to_thread(store.mark_interrupted, keep)
     for run_id in interrupted:
         log.warning("run %d: interrupted (the daemon stopped during the run)", run_id)
-    recorder.settle(HostAfter(HostState.ACTIVE, chosen) if chosen else HostAfter(HostState.IDLE))
-    if chosen:
+    if chosen and not resume:
+        recorder.settle(HostAfter(HostState.ACTIVE, chosen))
         await serving.begin(profiles.valid[chosen], parent=None, adopt_run=keep[0] if keep else None)
+    else:  # what to do next (resume, restore) is the switcher's: see Switcher.after_restart
+        recorder.settle(HostAfter(HostState.IDLE))
     plan = await teardown.plan(managed_units=tuple(lp.profile.unit for lp in profiles.valid.values()))
     strays = [v for v in plan.victims if v.foreign]
     for v in strays:
@@ -61,4 +72,16 @@ async def reconcile(
             "stray engine process pid %d (%s): %s; not killed", v.pid, v.title[:80], "; ".join(v.reasons)
         )
     log.info("reconciled: active units %s, adopted %s", active or "none", chosen or "none")
-    return Reconciled(interrupted, active, chosen, strays)
+    return Reconciled(interrupted, active, None if resume else chosen, strays, resume, restore)
+
+
+async def _last_switch(store: Store) -> CutShort | None:
+    runs = [
+        r
+        for kind in (RunKind.SWITCH, RunKind.ROLLBACK)
+        for r in await asyncio.to_thread(store.open_runs, kind=kind)
+    ]
+    last = max(runs, key=lambda r: r.id or 0, default=None)
+    if last is None or last.id is None or last.profile is None:
+        return None
+    return CutShort(last.id, last.kind, last.profile, last.from_profile, last.phase)

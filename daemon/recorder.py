@@ -10,6 +10,7 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
+from daemon import redact
 from daemon.hoststate import HostState, StateHub
 from daemon.run_types import NewRun, Outcome, Phase, Progress
 from daemon.store.queries import Store
@@ -34,7 +35,8 @@ class RunRecorder:
     async def create(self, new: NewRun) -> int:
         run_id = await asyncio.to_thread(self.store.create_run, new)
         link = f" (after run {new.parent_id})" if new.parent_id else ""
-        log.info("run %d: %s %s%s created; argv %s", run_id, new.kind, new.profile or "-", link, new.argv)
+        argv = redact.argv(new.argv) if new.argv else None
+        log.info("run %d: %s %s%s created; argv %s", run_id, new.kind, new.profile or "-", link, argv)
         return run_id
 
     def begin(self, run_id: int, target: str) -> None:

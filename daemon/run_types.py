@@ -73,3 +73,14 @@ class NewRun:
     argv: list[str] | None = None  # the rendered command line the unit executes
     profile_sha256: str | None = None
     unit: str | None = None
+
+
+@dataclass(frozen=True)
+class CutShort:
+    """A switch or rollback the daemon was in the middle of when it stopped."""
+
+    run_id: int
+    kind: str
+    profile: str
+    from_profile: str | None
+    phase: str

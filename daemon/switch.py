@@ -22,7 +22,7 @@ from daemon.host.systemd import SystemdPort
 from daemon.hoststate import HostState
 from daemon.profiles import LoadedProfile, ProfileSet
 from daemon.recorder import HostAfter, RunRecorder
-from daemon.run_types import NewRun, Outcome, Phase, Progress, RunKind
+from daemon.run_types import CutShort, NewRun, Outcome, Phase, Progress, RunKind
 from daemon.store.queries import Store
 from daemon.teardown_exec import Teardown
 
@@ -57,7 +57,9 @@ class SwitchPorts:
 class ServingHooks(Protocol):
     """The serving watch: a serving run begins when a switch ends active, and ends when a switch starts."""
 
-    async def begin(self, lp: LoadedProfile, *, parent: int | None, adopt_run: int | None = None) -> int: ...
+    async def begin(
+        self, lp: LoadedProfile, *, parent: int | None, adopt_run: int | None = None, managed: bool = True
+    ) -> int: ...
     async def end(self, outcome: Outcome, detail: str, *, host: HostAfter | None = None) -> int | None: ...
 
 
@@ -100,6 +102,7 @@ class Switcher:
         self._task: asyncio.Task[None] | None = None
         self._run_id: int | None = None
         self._rolling_back = False
+        self._cancelling = False
         self._admission = asyncio.Lock()
         self.serving = serving
 
@@ -138,8 +141,47 @@ class Switcher:
             run_id = await self._new_run(kind, lp, from_profile=previous, parent=parent)
             self._run_id = run_id
             self.recorder.begin(run_id, name)
-            self._task = asyncio.create_task(self._transaction(run_id, lp, st.active_profile, profiles))
+            self._task = asyncio.create_task(self._transaction(run_id, lp, previous))
             return run_id
+
+    async def resume(self, lp: LoadedProfile, *, parent: int, from_profile: str | None) -> int:
+        """After a daemon restart mid-start: the engine that run `parent` started still runs but was never
+        proven ready. A new run follows it (no stop, no start) through loading and the probe."""
+        async with self._admission:
+            run_id = await self._new_run(RunKind.SWITCH, lp, from_profile=from_profile, parent=parent)
+            self._run_id = run_id
+            self.recorder.begin(run_id, lp.profile.name)
+            await self.recorder.event(
+                run_id, Phase.CREATED, f"resumes run {parent}: the daemon restarted while its engine started"
+            )
+            self._task = asyncio.create_task(self._transaction(run_id, lp, from_profile, resume=True))
+            return run_id
+
+    async def after_restart(self, cut: CutShort | None, *, resume: bool) -> None:
+        """Finish what a daemon restart cut short: probe the engine it was starting (`resume`), or, with
+        nothing running, bring the known-good profile back (the undo it could not finish)."""
+        if cut is None:
+            return
+        profiles = await self._read_profiles()
+        lp = profiles.get(cut.profile)
+        if resume and lp is not None:
+            await self.resume(lp, parent=cut.run_id, from_profile=cut.from_profile)
+            return
+        target = await self.rollback_target(cut.profile, cut.from_profile)
+        if target is None:
+            what = f"run {cut.run_id} ({cut.kind} to {cut.profile}, in {cut.phase})"
+            reason = f"the daemon stopped during {what} and no known-good profile is left: activate one"
+            self.recorder.settle(HostAfter(HostState.DEGRADED, None, reason))
+            return
+        log.warning("run %d was cut short in %s with nothing running: restoring %s",
+                    cut.run_id, cut.phase, target.profile.name)  # fmt: skip
+        await self.activate(
+            target.profile.name,
+            force=True,
+            kind=RunKind.ROLLBACK,
+            parent=cut.run_id,
+            from_profile=cut.profile,
+        )
 
     async def wait(self, run_id: int) -> None:
         """Until the run (and any rollback it started) has ended."""
@@ -152,6 +194,9 @@ class Switcher:
             raise InvalidInput(f"run {run_id} is not in progress")
         if self._rolling_back:
             raise Busy(f"run {run_id} has failed and is rolling back: the rollback cannot be cancelled")
+        if self._cancelling:
+            raise Busy(f"run {run_id} is already being cancelled")
+        self._cancelling = True
         log.info("run %d: cancel requested", run_id)
         self._task.cancel()
 
@@ -165,28 +210,28 @@ class Switcher:
         return await self.recorder.create(new)
 
     async def _transaction(
-        self, run_id: int, lp: LoadedProfile, previous: str | None, profiles: ProfileSet
+        self, run_id: int, lp: LoadedProfile, previous: str | None, *, resume: bool = False
     ) -> None:
         try:
             await self.serving.end(Outcome.STOPPED, f"switched away by run {run_id} (to {lp.profile.name})")
-            failure = await self._attempt(run_id, lp, cancellable=True)
+            failure = await self._attempt(run_id, lp, cancellable=True, resume=resume)
             if failure is None:
                 return
-            self._rolling_back = True
+            self._rolling_back = True  # from here on a cancel is refused (and a second one was already)
             await self._recover(run_id, lp, *failure, previous)
         except Exception as e:  # recording the failure failed too (the database, a bug): never stay switching
             log.exception("run %d: could not record the end of the switch", run_id)
             why = f"run {run_id} ended in an internal error: {type(e).__name__}: {e}"
             self.recorder.settle(HostAfter(HostState.DEGRADED, None, why))
         finally:
-            self._task, self._run_id, self._rolling_back = None, None, False
+            self._task, self._run_id, self._rolling_back, self._cancelling = None, None, False, False
 
     async def _attempt(
-        self, run_id: int, lp: LoadedProfile, *, cancellable: bool
+        self, run_id: int, lp: LoadedProfile, *, cancellable: bool, resume: bool = False
     ) -> tuple[Outcome, SwitchFailed] | None:
         """One switch; any way it can fail becomes (outcome, SwitchFailed)."""
         try:
-            await self._switch(run_id, lp)
+            await self._switch(run_id, lp, resume=resume)
             return None
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -260,13 +305,14 @@ class Switcher:
                 return lp
         return None
 
-    async def _switch(self, run_id: int, lp: LoadedProfile) -> None:
+    async def _switch(self, run_id: int, lp: LoadedProfile, *, resume: bool = False) -> None:
         p = lp.profile
         engine = engine_for(p)
-        await self._stop_and_teardown(run_id, gpus=tuple(p.gpus), ports=(p.port,))
-        await asyncio.to_thread(self._write_launch, lp, run_id, engine.argv(p))
-        with contextlib.suppress(K25Error):
-            await self.ports.systemd.reset_failed(p.unit)  # a unit left failed by an earlier run may start
+        if not resume:
+            await self._stop_and_teardown(run_id, gpus=tuple(p.gpus), ports=(p.port,))
+            await asyncio.to_thread(self._write_launch, lp, run_id, engine.argv(p))
+            with contextlib.suppress(K25Error):
+                await self.ports.systemd.reset_failed(p.unit)  # a unit left failed earlier may start again
         try:
             seen = await bring_up(
                 p,
@@ -275,6 +321,7 @@ class Switcher:
                 journal=self.ports.journal,
                 prober=self.ports.prober,
                 events=_Events(self.recorder, run_id),
+                start=not resume,
             )
         except BringUpFailed as e:
             raise SwitchFailed(e.reason, await self._excerpt(p.unit, e.errors)) from e
@@ -293,6 +340,7 @@ class Switcher:
             st = await self.ports.systemd.state(unit)
             if not st.is_down:
                 cgroups[unit] = st.control_group
+                await self.recorder.event(run_id, Phase.STOP, f"stopping {unit} ({st.active_state})")
                 out = await self.ports.systemd.stop(unit, within_s=self.stop_timeout_s)
                 how = " (SIGKILL after TimeoutStopSec)" if out.stop_escalated else ""
                 await self.recorder.event(

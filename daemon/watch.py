@@ -34,7 +34,6 @@ from daemon.switch import failure_excerpt
 
 log = logging.getLogger("k25.watch")
 LIVE_SAMPLES = 120  # per-interval samples kept in memory for the page's live chart
-COMPACT_EVERY_S = 3600.0
 
 
 @dataclass(frozen=True)
@@ -68,6 +67,7 @@ class Serving:
     last: MetricsSnapshot | None = None
     live: deque[Sample] = field(default_factory=lambda: deque(maxlen=LIVE_SAMPLES))
     hang_acted: bool = False
+    managed: bool = True  # started by k25-ctl; an engine an operator started by hand gets no automatic action
 
     @property
     def unit(self) -> str:
@@ -92,8 +92,8 @@ class ServingWatch:
         self.policies = Policies(settings, recorder.hub)
         self.serving: Serving | None = None
         self._followers: dict[str, asyncio.Task[None]] = {}
+        self.unit_states: dict[str, UnitState] = {}  # the newest state of each followed unit
         self._tasks: set[asyncio.Task[None]] = set()
-        self._compacted = 0.0
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -104,6 +104,7 @@ class ServingWatch:
         units = {lp.profile.unit for lp in self.profiles().valid.values()}
         for unit in set(self._followers) - units:
             self._followers.pop(unit).cancel()
+            self.unit_states.pop(unit, None)
         for unit in units - set(self._followers):
             self._followers[unit] = asyncio.create_task(self._follow(unit))
 
@@ -124,7 +125,9 @@ class ServingWatch:
 
     # -- serving runs (the switcher and reconciliation call these) ------------------------------------
 
-    async def begin(self, lp: LoadedProfile, *, parent: int | None, adopt_run: int | None = None) -> int:
+    async def begin(
+        self, lp: LoadedProfile, *, parent: int | None, adopt_run: int | None = None, managed: bool = True
+    ) -> int:
         """A profile is active: its serving run starts (or, after a daemon restart, carries on)."""
         p = lp.profile
         if adopt_run is None:
@@ -134,7 +137,7 @@ class ServingWatch:
         else:
             run_id = adopt_run
             await self.recorder.event(run_id, Phase.SERVING, "followed again after a daemon restart")
-        self.serving = Serving(run_id, lp)
+        self.serving = Serving(run_id, lp, managed=managed)
         self.serving.window = MetricsWindow(run_id, p, engine_for(p), self.settings.metrics_row_s)
         if self.settings.watch_enabled:
             self.serving.task = asyncio.create_task(self._liveness(self.serving))
@@ -191,6 +194,7 @@ class ServingWatch:
             try:
                 async with self.systemd.watch(unit) as states:
                     async for st in states:
+                        self.unit_states[unit] = st
                         await self._on_unit(unit, st)
             except asyncio.CancelledError:
                 raise
@@ -205,7 +209,7 @@ class ServingWatch:
         if self.policies.switcher is not None and self.policies.switcher.busy:
             return  # the switch in progress drives the units: their changes are its own
         try:  # act on the unit as it is now: a change announced during a switch may be stale by now
-            st = await self.systemd.state(unit)
+            st = self.unit_states[unit] = await self.systemd.state(unit)
         except K25Error:
             return
         if self.policies.switcher is not None and self.policies.switcher.busy:
@@ -233,7 +237,7 @@ class ServingWatch:
             return
         ext = await self._external(lp, f"{what}: followed as active")
         self.recorder.settle(HostAfter(HostState.ACTIVE, lp.profile.name))
-        await self.begin(lp, parent=ext)
+        await self.begin(lp, parent=ext, managed=False)
 
     async def _external(self, lp: LoadedProfile, detail: str) -> int:
         p = lp.profile
@@ -247,7 +251,9 @@ class ServingWatch:
         p = serving.lp.profile
         served = time.monotonic() - serving.started
         how = f"{st.active_state}, result {st.result}, status {st.exec_main_status}"
-        if st.active_state != "failed" and st.result == "success":
+        # A stop (systemctl stop; "timeout" when it had to SIGKILL) ends with success or timeout; an engine
+        # that died on its own ends with exit-code, signal, core-dump, oom-kill...
+        if st.result in ("success", "timeout"):
             detail = f"{p.unit} stopped outside k25-ctl ({how}) after serving {served:.0f}s"
             ext = await self._external(serving.lp, detail)
             await self.end(Outcome.STOPPED, f"{detail} (run {ext})", host=HostAfter(HostState.IDLE))
@@ -265,6 +271,9 @@ class ServingWatch:
             f"{reason}\n{excerpt}".strip(),
             host=HostAfter(HostState.FAILED, None, reason),
         )
+        if not serving.managed:  # the operator started it by hand: follow and record, never fight them
+            log.warning("run %s: %s was started outside k25-ctl: no automatic action", run_id, p.name)
+            return
         policy = p.on_failure or ("restart" if p.name == self.settings.default_profile else "rollback")
         self._spawn(self.policies.act(policy, serving.lp, run_id, "on_failure"))
 
@@ -308,9 +317,6 @@ class ServingWatch:
                         f"(generation counter at {gen:.0f})"
                     )
             await self._health(serving, evidence)
-            if now - self._compacted >= COMPACT_EVERY_S:
-                self._compacted = now
-                await self.compact()
 
     async def _record(self, serving: Serving, snap: MetricsSnapshot, now: float) -> None:
         window = serving.window
@@ -331,7 +337,7 @@ class ServingWatch:
             log.warning("run %d: %s unhealthy: %s", serving.run_id, serving.lp.profile.name, evidence)
             await self.recorder.event(serving.run_id, Phase.UNHEALTHY, evidence)
             self.hub.update(state=HostState.UNHEALTHY, reason=evidence)
-            if serving.lp.profile.on_hang != "none" and not serving.hang_acted:
+            if serving.lp.profile.on_hang != "none" and serving.managed and not serving.hang_acted:
                 serving.hang_acted = True
                 self._spawn(
                     self.policies.act(serving.lp.profile.on_hang, serving.lp, serving.run_id, "on_hang")
@@ -340,7 +346,8 @@ class ServingWatch:
             await self.recorder.event(serving.run_id, Phase.SERVING, "healthy again")
             self.hub.update(state=HostState.ACTIVE, reason=None)
 
-    async def compact(self) -> tuple[int, int]:
+    async def retention(self) -> None:
+        """Bounded history (the sampler runs this hourly): metric rows compacted and aged, old runs gone."""
         now = datetime.now(UTC)
         s = self.settings
         done = await asyncio.to_thread(
@@ -348,6 +355,9 @@ class ServingWatch:
             minutes_before=now - timedelta(hours=s.metrics_minute_retention_h),
             hours_before=now - timedelta(days=s.metrics_hour_retention_d),
         )
-        if any(done):
-            log.info("metrics retention: %d minute rows compacted to hours, %d hour rows deleted", *done)
-        return done
+        pruned = await asyncio.to_thread(
+            self.store.prune_runs, before=now - timedelta(days=s.runs_retention_days)
+        )
+        if any(done) or pruned:
+            log.info("retention: %d minute rows compacted to hours, %d hour rows and %d old runs deleted",
+                     *done, pruned)  # fmt: skip

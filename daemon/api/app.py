@@ -9,19 +9,18 @@ import logging
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from fastapi import FastAPI, Request
-from fastapi.responses import JSONResponse, Response
+from fastapi import FastAPI
 
 from daemon.api import routes
 from daemon.api.auth import load_token
+from daemon.api.http import SseGate, install
 from daemon.api.schemas import HealthOut
 from daemon.controller import Controller
 from daemon.engine_client import EnginePort, Prober
-from daemon.errors import K25Error
 from daemon.host.gpu import GpuView
 from daemon.host.journal import JournalctlJournal, JournalPort
 from daemon.host.notify import sd_notify
@@ -31,6 +30,7 @@ from daemon.inventory import Inventory
 from daemon.launch import write_launch
 from daemon.reconcile import reconcile
 from daemon.recorder import RunRecorder
+from daemon.sampler import HostSampler
 from daemon.settings import Settings
 from daemon.store.queries import Store
 from daemon.switch import Switcher, SwitchPorts
@@ -115,6 +115,13 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
         store = await asyncio.to_thread(Store.open, settings.database_path)
         host = ports(settings)
         inventory = Inventory(settings, host.systemd, host.gpus)
+        inventory.sampler = HostSampler(
+            host.gpus,
+            host.teardown,
+            lambda: tuple(lp.profile.unit for lp in inventory.profiles.valid.values()),
+            gpu_every_s=settings.gpu_sample_s,
+            strays_every_s=settings.strays_sample_s,
+        )
         profiles = await inventory.reload_profiles()
         recorder = RunRecorder(store, StateHub())
         watch = ServingWatch(
@@ -147,41 +154,46 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
         controller.reconciled = await reconcile(
             profiles, systemd=host.systemd, teardown=host.teardown, recorder=recorder, serving=watch
         )
+        rec = controller.reconciled
+        await switcher.after_restart(rec.resume or rec.restore, resume=rec.resume is not None)
+        inventory.unit_cache = lambda: watch.unit_states
+        inventory.sampler.maintenance = watch.retention
         watch.follow_units()
+        await inventory.sampler.start()
         app.state.controller = controller
         hub = recorder.hub
+        if store.recovered:
+            log.error("runs database: %s", store.recovered)
+            hub.update(warnings=(f"runs database: {store.recovered}",))
         sd_notify(f"READY=1\nSTATUS={describe(hub.status)}")
         notifier = asyncio.create_task(_notify_status(hub))
         with _reload_on_sighup(controller):
             yield
+        app.state.sse.stopping.set()
         notifier.cancel()
         sd_notify("STOPPING=1\nSTATUS=stopping (engines keep running)")
         await watch.close()
+        await inventory.sampler.close()
         log.info("stopping; engine units keep running")
         await host.prober.aclose()
 
-    app = FastAPI(title="k25-ctl", lifespan=lifespan)
-
-    @app.middleware("http")
-    async def _limit_body(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        length = request.headers.get("content-length", "0")
-        if not length.isdigit() or int(length) > settings.max_body_bytes:
-            return JSONResponse(
-                {"detail": f"request body over {settings.max_body_bytes} bytes"}, status_code=413
-            )
-        return await call_next(request)
-
-    @app.exception_handler(K25Error)
-    async def _k25_error(request: Request, exc: K25Error) -> JSONResponse:
-        if exc.status_code >= 500:
-            log.error("%s %s: %s", request.method, request.url.path, exc)
-        return JSONResponse({"detail": str(exc)}, status_code=exc.status_code)
+    app = FastAPI(
+        title="k25-ctl",
+        summary="control plane of a GPU inference host",
+        lifespan=lifespan,
+        docs_url=None,  # served by http.install from the daemon's own Swagger UI copy
+        redoc_url=None,
+    )
+    app.state.sse = SseGate(settings.max_sse_streams)
+    install(app, settings)
 
     @app.get("/healthz")
     async def healthz() -> HealthOut:
         return HealthOut(status="ok")
 
     app.include_router(routes.pages)
-    app.include_router(routes.router)
+    # Writes first: for a method a path does not take, the 405's Allow header names the first route whose
+    # path matches (POST /profiles/reload, not GET /profiles/{name}).
     app.include_router(routes.writes)
+    app.include_router(routes.router)
     return app

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Query, Request, Response
+from fastapi import APIRouter, Depends, Query, Request, Response, Security
+from fastapi import Path as ApiPath
 from fastapi.responses import HTMLResponse, StreamingResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from daemon.api import auth
+from daemon.api.http import SseGate
 from daemon.api.schemas import (
     AcceptedOut,
     CancelOut,
+    ErrorOut,
     ProfileOut,
     ReloadOut,
     RunMetricsOut,
@@ -30,21 +33,42 @@ def controller(request: Request) -> Controller:
     return c
 
 
-def write_access(request: Request) -> None:
+# Declared for OpenAPI (the security scheme); the check itself is auth.check's constant-time compare.
+bearer = HTTPBearer(auto_error=False, description="the token in /etc/k25-ctl/token (mode 0600)")
+Bearer = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
+
+
+def write_access(request: Request, _: Bearer) -> None:
     auth.check(request, request.app.state.token)
 
 
 def read_access(request: Request) -> None:
+    """Reads are open unless reads_require_token: http.install marks their bearer as optional in OpenAPI."""
     if request.app.state.reads_require_token:
         auth.check(request, request.app.state.token)
 
 
+def _errors(*codes: int) -> Responses:
+    why = {
+        400: "Host header not allowed",
+        401: "missing or wrong bearer token",
+        404: "no such profile or run",
+        409: "busy: another switch runs, or the host refuses",
+        413: "request body too large",
+        422: "invalid input",
+        503: "overloaded, or the database or GPUs cannot be read",
+    }
+    return {c: {"model": ErrorOut, "description": why[c]} for c in codes}
+
+
+Responses = dict[int | str, dict[str, Any]]
 INDEX = Path(__file__).with_name("templates") / "index.html"
 Ctl = Annotated[Controller, Depends(controller)]
-router = APIRouter(dependencies=[Depends(read_access)])
-writes = APIRouter(dependencies=[Depends(write_access)])
+RunId = Annotated[int, ApiPath(ge=1, le=2**63 - 1, description="a run's id")]
+COMMON = (400, 401, 413, 422, 503)
+router = APIRouter(dependencies=[Depends(read_access)], responses=_errors(*COMMON, 404))
+writes = APIRouter(dependencies=[Depends(write_access)], responses=_errors(*COMMON, 404, 409))
 pages = APIRouter()  # the page itself is static: it asks for the token when it needs one
-Responses = dict[int | str, dict[str, Any]]
 SSE: Responses = {200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}}
 TEXT: Responses = {200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}}
 SWITCH: Responses = {
@@ -112,26 +136,22 @@ async def runs(
 
 
 @router.get("/runs/{run_id}")
-async def run(run_id: int, c: Ctl) -> RunOut:
+async def run(run_id: RunId, c: Ctl) -> RunOut:
     return await c.run(run_id)
 
 
 @router.get("/runs/{run_id}/metrics")
-async def run_metrics(run_id: int, c: Ctl) -> RunMetricsOut:
+async def run_metrics(run_id: RunId, c: Ctl) -> RunMetricsOut:
     return await c.run_metrics(run_id)
 
 
-def _sse(events: AsyncIterator[dict[str, Any]], name: str) -> StreamingResponse:
-    async def body() -> AsyncIterator[bytes]:
-        async for event in events:
-            data = json.dumps(event, default=str)
-            yield f"event: {event.get(name) or 'message'}\ndata: {data}\n\n".encode()
-
-    return StreamingResponse(body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+def _sse(request: Request, events: AsyncIterator[dict[str, Any]], name: str) -> StreamingResponse:
+    gate: SseGate = request.app.state.sse
+    return gate.stream(events, name)
 
 
 @router.get("/runs/{run_id}/events", response_class=StreamingResponse, responses=SSE)
-async def run_events(run_id: int, c: Ctl) -> StreamingResponse:
+async def run_events(run_id: RunId, c: Ctl, request: Request) -> StreamingResponse:
     events = c.run_events(run_id)
     first = await anext(events)  # a wrong run id is a 404 before the stream starts
 
@@ -140,16 +160,16 @@ async def run_events(run_id: int, c: Ctl) -> StreamingResponse:
         async for e in events:
             yield e
 
-    return _sse(chained(), "phase")
+    return _sse(request, chained(), "phase")
 
 
 @router.get("/events", response_class=StreamingResponse, responses=SSE)
-async def host_events(c: Ctl) -> StreamingResponse:
-    return _sse(c.host_events(), "state")
+async def host_events(c: Ctl, request: Request) -> StreamingResponse:
+    return _sse(request, c.host_events(), "state")
 
 
 @writes.post("/runs/{run_id}/cancel", status_code=202)
-async def cancel(run_id: int, c: Ctl) -> CancelOut:
+async def cancel(run_id: RunId, c: Ctl) -> CancelOut:
     return await c.cancel(run_id)
 
 

@@ -4,15 +4,23 @@ these fields. Built from the services' dataclasses (`from_attributes`) where one
 from __future__ import annotations
 
 from datetime import datetime
+from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
+from daemon import redact
 from daemon.profiles import SpeculativeConfig
 from daemon.watch import ServingNow
 
 
 class Out(BaseModel):
     model_config = ConfigDict(from_attributes=True)
+
+
+# Secrets never leave in a read: command lines, titles, excerpts and reasons are redacted as they are built.
+SafeArgv = Annotated[list[str], AfterValidator(redact.argv)]
+SafeText = Annotated[str, AfterValidator(redact.text)]
+SafeOptionalText = Annotated[str | None, AfterValidator(redact.optional_text)]
 
 
 class GpuProcessOut(Out):
@@ -40,7 +48,7 @@ class UnitStateOut(Out):
 
 class VictimOut(Out):
     pid: int
-    title: str
+    title: SafeText
     reasons: list[str]
     foreign: bool
     gpu_mib: int | None
@@ -50,8 +58,8 @@ class VictimOut(Out):
 
 class SparedOut(Out):
     pid: int
-    title: str
-    reason: str
+    title: SafeText
+    reason: SafeText
 
 
 class ShmEntryOut(Out):
@@ -72,7 +80,7 @@ class ShmDecisionOut(Out):
 class PortHolderOut(Out):
     port: int
     pid: int | None
-    title: str
+    title: SafeText
 
 
 class TeardownPlanOut(Out):
@@ -88,7 +96,7 @@ class TeardownPlanOut(Out):
 
 class ProcessOutcomeOut(Out):
     pid: int
-    title: str
+    title: SafeText
     reasons: list[str]
     foreign: bool
     gpu_mib: int | None
@@ -130,7 +138,7 @@ class TeardownReportOut(Out):
     steps: dict[str, float]
     needs_reset: list[ProcessOutcomeOut]
     verify: VerifyOut | None
-    error: str | None
+    error: SafeOptionalText
 
 
 class TeardownRecordOut(Out):
@@ -142,7 +150,7 @@ class TeardownRecordOut(Out):
 class RunEventOut(Out):
     at: datetime
     phase: str
-    detail: str
+    detail: SafeText
 
 
 class ProgressOut(Out):
@@ -162,10 +170,10 @@ class RunOut(Out):
     ended_at: datetime | None
     load_seconds: float | None
     progress: ProgressOut
-    error: str | None
+    error: SafeOptionalText
     parent_id: int | None
     unit: str | None
-    argv: list[str] | None
+    argv: SafeArgv | None
     profile_sha256: str | None
     served_s: float | None = None  # serving runs: totals
     requests: float | None = None
@@ -214,7 +222,7 @@ class StatusOut(Out):
     progress_percent: int | None
     progress_done: int | None
     progress_total: int | None
-    reason: str | None
+    reason: SafeOptionalText
     since: float
     current_run: RunOut | None
     gpus: list[GpuOut]
@@ -223,6 +231,7 @@ class StatusOut(Out):
     strays: list[VictimOut]
     serving_run_id: int | None = None
     conflicts: list[str] = []
+    warnings: list[str] = []
     serving: ServingNow | None = None  # the serving engine's current figures
 
 
@@ -238,7 +247,7 @@ class ProfileOut(Out):
     port: int | None = None
     gpus: list[int] | None = None
     speculative: SpeculativeConfig | None = None
-    argv: list[str] | None = None
+    argv: SafeArgv | None = None
     sha256: str | None = None
     unit_state: UnitStateOut | None = None
     default: bool = False
@@ -266,3 +275,9 @@ class ReloadOut(Out):
 
 class HealthOut(Out):
     status: str
+
+
+class ErrorOut(Out):
+    """Every error: one human-readable line (validation errors name each field at fault)."""
+
+    detail: str

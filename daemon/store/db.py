@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+import sqlite3
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +25,41 @@ def migrations_dir() -> Path:
         if (candidate / "env.py").is_file():
             return candidate
     raise FileNotFoundError("the Alembic migrations folder is missing from this installation")
+
+
+def private(path: Path) -> None:
+    """The state directory 0700 and the database 0600 (its WAL and SHM files follow the database's mode):
+    runs hold command lines and journal excerpts."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path.parent.chmod(0o700)
+    os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
+    path.chmod(0o600)
+
+
+def healthy(path: Path) -> str | None:
+    """None when the file is a sound SQLite database (or absent); else what is wrong with it."""
+    if not path.exists():
+        return None
+    if path.stat().st_size == 0:
+        return "the database file is empty (0 bytes)"
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as c:
+            result = c.execute("PRAGMA quick_check").fetchone()[0]
+    except sqlite3.DatabaseError as e:
+        return f"not a usable SQLite database: {e}"
+    return None if result == "ok" else f"integrity check failed: {result}"
+
+
+def move_aside(path: Path, why: str) -> Path:
+    """Keep a broken database (and its WAL/SHM) for inspection; a fresh one takes its place."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    target = path.with_name(f"{path.name}.broken-{stamp}")
+    for suffix in ("", "-wal", "-shm"):
+        src = path.with_name(path.name + suffix)
+        if src.exists():
+            src.rename(target.with_name(target.name + suffix))
+    (target.with_name(target.name + ".why")).write_text(why + "\n")
+    return target
 
 
 def make_engine(path: Path) -> Engine:

@@ -15,7 +15,7 @@ from sqlmodel import Session, col, select
 
 from daemon.errors import StoreError
 from daemon.run_types import FINAL_OUTCOMES, NewRun, Outcome, Phase, Progress, RunKind
-from daemon.store.db import make_engine, upgrade
+from daemon.store.db import healthy, make_engine, move_aside, private, upgrade
 from daemon.store.models import Run, RunEvent, TeardownRecord, utcnow
 
 
@@ -39,6 +39,7 @@ class MetricsSummary:
 class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        self.recovered: str | None = None  # set when a broken database was moved aside at start
 
     @contextlib.contextmanager
     def session(self) -> Iterator[Session]:
@@ -53,12 +54,26 @@ class Store:
 
     @classmethod
     def open(cls, path: Path) -> Store:
-        """Upgrade the schema to head, then open: what the daemon does on start."""
-        upgrade(path)
+        """Upgrade the schema to head, then open: what the daemon does on start. A database that is empty,
+        corrupt or cannot be migrated is moved aside and a fresh one created: the daemon keeps control
+        working, and `recovered` says what happened (the daemon shows it loudly)."""
+        recovered = None
+        if why := healthy(path):
+            recovered = f"{why}; moved to {move_aside(path, why)}; run history starts fresh"
+        try:
+            private(path)
+            upgrade(path)
+        except Exception as e:  # alembic/SQLAlchemy on a damaged file: the same remedy, once
+            why = f"the database could not be migrated: {e}"
+            recovered = f"{why}; moved to {move_aside(path, why)}; run history starts fresh"
+            private(path)
+            upgrade(path)
         engine = make_engine(path)
         with engine.connect():  # sets WAL (persistent in the file) before anyone reads
             pass
-        return cls(engine)
+        store = cls(engine)
+        store.recovered = recovered
+        return store
 
     def create_run(self, new: NewRun) -> int:
         with self.session() as s:

@@ -1,5 +1,5 @@
 """A serving run's metric rows: one per period (a minute) while it serves, its totals kept on the run,
-old minute rows compacted into hourly ones and the oldest deleted (bounded retention)."""
+old minute rows compacted into hourly ones and the oldest deleted; old runs pruned (bounded retention)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,10 @@ from collections.abc import Sequence
 from datetime import datetime
 from itertools import groupby
 
-from sqlmodel import col, delete, select
+from sqlmodel import col, delete, select, update
 
-from daemon.store.models import Run, ServingMetric
+from daemon.run_types import Outcome
+from daemon.store.models import Run, RunEvent, ServingMetric, TeardownRecord
 from daemon.store.queries import Store, require_run
 
 
@@ -95,6 +96,20 @@ class ServingStore:
             )
             s.commit()
             return len(old), int(gone.rowcount or 0)
+
+    def prune_runs(self, *, before: datetime) -> int:
+        """Finished runs that ended before `before` go, with their events, teardowns and metric rows (run
+        retention); a newer run that pointed at one of them keeps its own record."""
+        with self.store.session() as s:
+            old = select(Run.id).where(Run.outcome != Outcome.RUNNING, col(Run.ended_at) < before)
+            ids = [i for i in s.exec(old).all() if i is not None]
+            if ids:
+                s.exec(update(Run).where(col(Run.parent_id).in_(ids)).values(parent_id=None))
+                for table in (RunEvent, TeardownRecord, ServingMetric):
+                    s.exec(delete(table).where(col(table.run_id).in_(ids)))
+                s.exec(delete(Run).where(col(Run.id).in_(ids)))
+                s.commit()
+            return len(ids)
 
     def run(self, run_id: int) -> Run:
         with self.store.session() as s:

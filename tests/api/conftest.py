@@ -48,6 +48,7 @@ def make_settings(tmp_path: Path, **overrides: object) -> Settings:
     if not token.exists():
         token.write_text(TOKEN + "\n")
         token.chmod(0o600)
+    overrides = {"allowed_hosts": ["k25"]} | overrides  # the test client's Host
     return Settings(config_dir=tmp_path, state_dir=tmp_path / "state", check_model_paths=False, gpu_backend="none",
                     **overrides)  # type: ignore[arg-type]  # fmt: skip
 

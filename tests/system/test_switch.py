@@ -141,6 +141,17 @@ def test_daemon_killed_mid_switch_is_reconciled(api: Api, sandbox: SandboxInfo) 
     )
     run = api.run(run_id)
     assert run["outcome"] == "interrupted"
+    # The engine was still loading: the restarted daemon does not call it active before it proved ready.
+    resumed = api.wait_until(
+        lambda: next((r for r in api.client.get("/runs").json() if r["parent_id"] == run_id), None),
+        what="the resuming run",
+    )
+    assert api.status()["state"] in ("switching", "active")
+    resumed = api.wait_run(resumed["id"])
+    assert (resumed["kind"], resumed["profile"], resumed["outcome"]) == ("switch", "slow", "active")
+    phases = _phases(resumed)
+    assert "start" not in phases  # followed, not started again
+    assert {"loading", "probing", "active"} <= set(phases)
     status = api.status()
     assert _active_units(sandbox) == ["k25-engine@slow.service"]
     assert (status["state"], status["active_profile"]) == ("active", "slow")

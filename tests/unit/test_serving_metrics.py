@@ -73,3 +73,27 @@ def test_rows_keep_run_totals_and_compact_by_age(tmp_path: Path) -> None:
     assert rows[0].tokens_per_s == 10
     assert serving.compact(minutes_before=T0, hours_before=T0 - timedelta(days=1)) == (0, 1)
     assert [r.resolution for r in serving.series(run_id)] == ["minute"]
+
+
+def test_old_finished_runs_are_pruned_with_their_rows(tmp_path: Path) -> None:
+    import sqlite3
+
+    from daemon.run_types import Outcome
+
+    store = Store.open(tmp_path / "k25.db")
+    serving = ServingStore(store)
+    old = store.create_run(NewRun(RunKind.SWITCH, "p"))
+    store.finish_run(run_id=old, outcome=Outcome.ACTIVE)
+    child = store.create_run(NewRun(RunKind.SERVING, "p", parent_id=old))
+    serving.add_row(ServingMetric(run_id=child, at=T0, seconds=60, generation_tokens=10, tokens_per_s=1))
+    store.finish_run(run_id=child, outcome=Outcome.STOPPED)
+    running = store.create_run(NewRun(RunKind.SWITCH, "p"))
+    with sqlite3.connect(tmp_path / "k25.db") as c:  # the first run ended long ago
+        c.execute("update runs set ended_at = '2020-01-01 00:00:00.000000' where id = ?", (old,))
+    assert serving.prune_runs(before=T0 - timedelta(days=365)) == 1
+    assert store.get_run(run_id=old) is None
+    kept = store.get_run(run_id=child)
+    assert kept is not None
+    assert kept.run.parent_id is None  # its parent is gone; its own record stays
+    assert len(serving.series(child)) == 1
+    assert store.get_run(run_id=running) is not None  # never a run in progress

@@ -29,7 +29,8 @@ def page() -> Iterator[Any]:
             args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"],
         )  # fmt: skip
-        context = browser.new_context(viewport={"width": 1366, "height": 900})
+        # bypass_csp: Playwright's own wait_for_function evaluates strings, which the page's CSP forbids.
+        context = browser.new_context(viewport={"width": 1366, "height": 900}, bypass_csp=True)
         yield context.new_page()
         context.close()
         browser.close()
@@ -118,3 +119,33 @@ def test_page_shows_the_live_chart_then_the_crash(page: Any, api: Api, sandbox: 
     page.screenshot(path=str(ARTIFACTS / "web-crash.png"), full_page=True)
     t.join(timeout=30)
     assert api.activate("baseline")["outcome"] == "active"
+
+
+def test_page_works_when_reads_need_the_token(page: Any, tmp_path: Path) -> None:
+    """reads_require_token = true: the page asks for the token once and then reads and follows events."""
+    from daemon.sandbox import sandbox as sbx
+    from tests.sandboxing import Api
+
+    info = sbx.up(load_seconds=0.5, settings={"reads_require_token": "true"})
+    try:
+        api = Api(info)
+        assert api.client.get("/status", headers={"Authorization": ""}).status_code == 401
+        prompts: list[str] = []
+
+        def answer(dialog: Any) -> None:
+            prompts.append(dialog.message)
+            dialog.accept(info.token)
+
+        page.on("dialog", answer)
+        errors: list[str] = []
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(info.url + "/")
+        page.wait_for_function("document.getElementById('state').textContent === 'idle'", timeout=15000)
+        assert len(prompts) == 1
+        api.activate("baseline")  # the page follows the change through its authorized event stream
+        page.wait_for_function(
+            "document.getElementById('active-profile').textContent === 'baseline'", timeout=20000
+        )
+        assert errors == []
+    finally:
+        sbx.down(info)

@@ -1,0 +1,157 @@
+"""The daemon's HTTP edges, in one place: the Host allowlist (DNS rebinding), the body size limit, security
+headers, errors as `{"detail": "..."}` for every status (validation included), the SSE stream cap and the
+streams' end on shutdown, and /docs served from the daemon's own copy of Swagger UI (no CDN)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.docs import get_swagger_ui_html
+from fastapi.openapi.utils import get_openapi
+from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException
+
+from daemon.errors import K25Error
+from daemon.settings import Settings
+
+log = logging.getLogger("k25.api")
+LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")
+HEADERS = {
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+# The page and /docs carry their script inline; nothing may come from elsewhere.
+CSP = (
+    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
+    "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+)
+
+
+class Overloaded(K25Error):
+    status_code = 503
+
+
+def host_name(header: str) -> str:
+    """The name in a Host header, without its port (`[::1]:8025` -> `::1`)."""
+    if header.startswith("["):
+        return header[1 : header.find("]")] if "]" in header else header
+    return header.rsplit(":", 1)[0] if header.count(":") == 1 else header
+
+
+def allowed_hosts(settings: Settings) -> set[str]:
+    names = {*LOOPBACK_NAMES, *settings.allowed_hosts}
+    if settings.bind_host not in ("0.0.0.0", "::", ""):  # noqa: S104 - compared, not bound
+        names.add(settings.bind_host)
+    return {n.lower() for n in names}
+
+
+class SseGate:
+    """At most `limit` open event streams (each holds a socket and a task); all of them end when the daemon
+    stops, so a restart never waits on a browser tab."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit, self.open = limit, 0
+        self.stopping = asyncio.Event()
+
+    def stream(self, events: AsyncIterator[dict[str, Any]], name: str) -> StreamingResponse:
+        if self.open >= self.limit:
+            raise Overloaded(
+                f"{self.open} event streams are open (max_sse_streams = {self.limit}); try later"
+            )
+        self.open += 1
+
+        async def body() -> AsyncIterator[bytes]:
+            stop = asyncio.ensure_future(self.stopping.wait())
+            try:
+                while True:
+                    nxt = asyncio.ensure_future(anext(events))
+                    done, _ = await asyncio.wait({nxt, stop}, return_when=asyncio.FIRST_COMPLETED)
+                    if nxt not in done:
+                        nxt.cancel()
+                        return
+                    try:
+                        event = nxt.result()
+                    except StopAsyncIteration:
+                        return
+                    data = json.dumps(event, default=str)
+                    yield f"event: {event.get(name) or 'message'}\ndata: {data}\n\n".encode()
+            finally:
+                stop.cancel()
+                self.open -= 1
+
+        return StreamingResponse(
+            body(), media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
+        )
+
+
+def install(app: FastAPI, settings: Settings) -> None:
+    hosts = allowed_hosts(settings)
+
+    @app.middleware("http")
+    async def _edges(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        name = host_name(request.headers.get("host", "")).lower()
+        length = request.headers.get("content-length", "0")
+        if name not in hosts:
+            response: Response = JSONResponse(
+                {"detail": f"host {name!r} is not allowed (allowed_hosts setting)"}, status_code=400
+            )
+        elif not length.isdigit() or int(length) > settings.max_body_bytes:
+            response = JSONResponse(
+                {"detail": f"request body over {settings.max_body_bytes} bytes"}, status_code=413
+            )
+        else:
+            response = await call_next(request)
+        response.headers.update(HEADERS)
+        if response.headers.get("content-type", "").startswith("text/html"):
+            response.headers["Content-Security-Policy"] = CSP
+        return response
+
+    @app.exception_handler(K25Error)
+    async def _k25_error(request: Request, exc: K25Error) -> JSONResponse:
+        if exc.status_code >= 500 and not isinstance(exc, Overloaded):  # a flood must not flood the journal
+            log.error("%s %s: %s", request.method, request.url.path, exc)
+        return JSONResponse({"detail": str(exc)}, status_code=exc.status_code)
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(_: Request, exc: RequestValidationError) -> JSONResponse:
+        where = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
+        return JSONResponse({"detail": f"invalid request: {where}"}, status_code=422)
+
+    @app.exception_handler(HTTPException)
+    async def _http(_: Request, exc: HTTPException) -> Response:
+        return JSONResponse({"detail": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+
+    def openapi() -> dict[str, Any]:
+        """FastAPI's document, with the bearer marked optional on reads (open unless reads_require_token)."""
+        if app.openapi_schema is None:
+            spec = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)
+            for path in spec["paths"].values():
+                for op in path.values():
+                    op.setdefault("security", [{}, {"HTTPBearer": []}])
+            app.openapi_schema = spec
+        return app.openapi_schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+    import swagger_ui_bundle  # the daemon's own copy of Swagger UI
+
+    app.mount("/docs-assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")
+
+    @app.get("/docs", include_in_schema=False)
+    async def docs() -> HTMLResponse:
+        return get_swagger_ui_html(
+            openapi_url="/openapi.json",
+            title="k25-ctl API",
+            swagger_js_url="/docs-assets/swagger-ui-bundle.js",
+            swagger_css_url="/docs-assets/swagger-ui.css",
+            swagger_favicon_url="/docs-assets/favicon-32x32.png",
+        )
