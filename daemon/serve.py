@@ -3,6 +3,8 @@ the end of the lifespan's start) means connections are accepted."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import socket
 from types import FrameType
 
@@ -18,11 +20,20 @@ class _Server(uvicorn.Server):
     def __init__(self, config: uvicorn.Config, gate: SseGate) -> None:
         super().__init__(config)
         self.gate = gate
+        self._exit = asyncio.Event()
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         # Open event streams end at once (not after the graceful timeout): a restart never waits on a tab.
         self.gate.stopping.set()
         super().handle_exit(sig, frame)
+        self._exit.set()
+
+    async def main_loop(self) -> None:
+        """uvicorn's loop wakes 10 times a second to look for an exit; an idle daemon should not: this one
+        waits for the exit signal itself and refreshes the Date header once a second."""
+        while not await self.on_tick(0):  # counter 0: the Date header and the exit check, every time
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._exit.wait(), timeout=1.0)
 
 
 def serve(settings: Settings) -> None:

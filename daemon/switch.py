@@ -15,12 +15,12 @@ from typing import Protocol
 from daemon.bringup import BringUpFailed, bring_up
 from daemon.engine_client import EnginePort
 from daemon.engines import engine_for
-from daemon.engines.base import LogEvent
+from daemon.engines.base import LogEvent, LogKind
 from daemon.errors import Busy, InvalidInput, K25Error, NotFound, Refused
 from daemon.host.journal import JournalPort
 from daemon.host.systemd import SystemdPort
 from daemon.hoststate import HostState
-from daemon.profiles import LoadedProfile, ProfileSet
+from daemon.profiles import LoadedProfile, Profile, ProfileSet
 from daemon.recorder import HostAfter, RunRecorder
 from daemon.run_types import CutShort, NewRun, Outcome, Phase, Progress, RunKind
 from daemon.store.queries import Store
@@ -42,6 +42,18 @@ def failure_excerpt(errors: list[str], tail: list[str], limit: int = EXCERPT_LIN
     room = limit - len(kept)
     rest = [line for line in tail if line not in kept]
     return "\n".join([*kept, *(rest[-room:] if room > 0 else [])])
+
+
+async def journal_excerpt(journal: JournalPort, profile: Profile, errors: list[str]) -> str:
+    """A failed engine's journal: its error lines first (those seen live, and those in the tail that the
+    live follower had not read yet when the unit died), then the tail."""
+    try:
+        tail = [r.message for r in await journal.tail(profile.unit, EXCERPT_LINES)]
+    except (OSError, K25Error):
+        tail = []
+    engine = engine_for(profile)
+    late = [t for t in tail if (ev := engine.classify_line(t)) is not None and ev.kind is LogKind.ERROR]
+    return failure_excerpt([*errors, *(t for t in late if t not in errors)], tail)
 
 
 @dataclass(frozen=True)
@@ -324,7 +336,7 @@ class Switcher:
                 start=not resume,
             )
         except BringUpFailed as e:
-            raise SwitchFailed(e.reason, await self._excerpt(p.unit, e.errors)) from e
+            raise SwitchFailed(e.reason, await self._excerpt(p, e.errors)) from e
         await self.recorder.finish(
             run_id, Outcome.ACTIVE, load_seconds=seen.load_seconds, host=HostAfter(HostState.ACTIVE, p.name)
         )
@@ -358,9 +370,5 @@ class Switcher:
         if not report.ok:
             raise SwitchFailed(f"teardown did not leave the GPUs clean: {report.error}")
 
-    async def _excerpt(self, unit: str, errors: list[str]) -> str:
-        try:
-            tail = [r.message for r in await self.ports.journal.tail(unit, EXCERPT_LINES)]
-        except (OSError, K25Error):
-            tail = []
-        return failure_excerpt(errors, tail)
+    async def _excerpt(self, profile: Profile, errors: list[str]) -> str:
+        return await journal_excerpt(self.ports.journal, profile, errors)

@@ -18,7 +18,7 @@ from typing import Any
 
 from daemon.engine_client import EnginePort
 from daemon.engines import engine_for
-from daemon.engines.base import LogKind, MetricsSnapshot, Readiness
+from daemon.engines.base import MetricsSnapshot, Readiness
 from daemon.errors import K25Error
 from daemon.host.journal import JournalPort
 from daemon.host.systemd import SystemdPort, UnitState
@@ -30,7 +30,7 @@ from daemon.run_types import NewRun, Outcome, Phase, RunKind
 from daemon.serving_metrics import MetricsWindow
 from daemon.settings import Settings
 from daemon.store.serving import ServingStore
-from daemon.switch import failure_excerpt
+from daemon.switch import journal_excerpt
 
 log = logging.getLogger("k25.watch")
 LIVE_SAMPLES = 120  # per-interval samples kept in memory for the page's live chart
@@ -265,7 +265,7 @@ class ServingWatch:
         )
         reason = f"{p.unit} exited on its own ({how}) after serving {served:.0f}s"
         log.error("%s%s", reason, lag)
-        excerpt = await self._excerpt(serving.lp)
+        excerpt = await journal_excerpt(self.journal, serving.lp.profile, [])
         run_id = await self.end(
             Outcome.CRASHED,
             f"{reason}\n{excerpt}".strip(),
@@ -276,15 +276,6 @@ class ServingWatch:
             return
         policy = p.on_failure or ("restart" if p.name == self.settings.default_profile else "rollback")
         self._spawn(self.policies.act(policy, serving.lp, run_id, "on_failure"))
-
-    async def _excerpt(self, lp: LoadedProfile) -> str:
-        try:
-            tail = [r.message for r in await self.journal.tail(lp.profile.unit, 30)]
-        except (OSError, K25Error):
-            return ""
-        engine = engine_for(lp.profile)
-        errors = [t for t in tail if (ev := engine.classify_line(t)) is not None and ev.kind is LogKind.ERROR]
-        return failure_excerpt(errors, tail)
 
     # -- liveness and metrics --------------------------------------------------------------------------
 

@@ -171,13 +171,11 @@ class SimulatedGpus:
 
     def gpus(self, *, light: bool = False) -> list[GpuInfo]:
         holders: dict[int, list[int]] = {i: [] for i in range(self._count)}
-        for p in self._procs.snapshot(self._glob, with_fds=False):
-            if p.state == "Z":
-                continue
-            for dev in p.mapped_devices:
-                m = DEVICE_INDEX_RE.search(Path(dev).name)
-                if m and int(m[1]) in holders:
-                    holders[int(m[1])].append(p.pid)
+        # Only the maps of live processes: the sampler calls this every few seconds.
+        for path, pids in self._procs.mapped(self._glob).items():
+            m = DEVICE_INDEX_RE.search(Path(path).name)
+            if m and int(m[1]) in holders:
+                holders[int(m[1])].extend(sorted(pids))
         return [
             GpuInfo(
                 index=i,

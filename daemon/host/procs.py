@@ -38,6 +38,7 @@ class ProcessView(Protocol):
     ) -> list[ProcInfo]: ...
     def cgroup_pids(self, control_group: str) -> list[int]: ...
     def listeners(self, ports: tuple[int, ...]) -> dict[int, list[int | None]]: ...
+    def mapped(self, pattern: str) -> dict[str, set[int]]: ...
 
 
 def _read(path: Path) -> str:
@@ -144,6 +145,25 @@ def holders_of(pattern: str) -> dict[str, set[int]]:
     return held
 
 
+def mapped_by_live(pattern: str) -> dict[str, set[int]]:
+    """Path -> live (not zombie) PIDs that map a file matching `pattern`: the cheapest scan there is (one
+    read of maps per process, stat only for the few that map one)."""
+    held: dict[str, set[int]] = {}
+    prefix = glob_prefix(pattern)
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        raw = _read_bytes(f"/proc/{entry.name}/maps")
+        if prefix not in raw:
+            continue
+        paths = mapped_matching(raw.decode(errors="replace"), pattern)
+        parsed = parse_stat(_read_bytes(f"/proc/{entry.name}/stat")) if paths else None
+        if parsed is not None and parsed[1] != "Z":
+            for path in paths:
+                held.setdefault(path, set()).add(int(entry.name))
+    return held
+
+
 def start_time(pid: int) -> float | None:
     parsed = parse_stat(_read_bytes(f"/proc/{pid}/stat"))
     return parsed[3] if parsed else None
@@ -194,6 +214,9 @@ class ProcfsProcesses:
                 )
             )
         return out
+
+    def mapped(self, pattern: str) -> dict[str, set[int]]:
+        return mapped_by_live(pattern)
 
     def listeners(self, ports: tuple[int, ...]) -> dict[int, list[int | None]]:
         """Port -> PIDs listening on it over TCP (None: a socket whose process is outside our PID

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 import json
+import threading
 from collections.abc import Collection, Iterator
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -26,9 +27,10 @@ class RunView:
     teardowns: list[TeardownRecord]
 
 
-@dataclass(frozen=True)
+@dataclass
 class MetricsSummary:
-    """What /metrics exports from the database."""
+    """What /metrics exports from the database: computed in SQL once, then kept current as runs begin and
+    end (a scrape never reads the runs table: ~23 ms at 100k runs, even with indexes)."""
 
     counts: dict[tuple[str, str], int] = field(default_factory=dict)
     load_seconds: dict[str, float] = field(default_factory=dict)  # each profile's last good switch
@@ -40,6 +42,8 @@ class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
         self.recovered: str | None = None  # set when a broken database was moved aside at start
+        self._summary: MetricsSummary | None = None
+        self._summary_lock = threading.Lock()
 
     @contextlib.contextmanager
     def session(self) -> Iterator[Session]:
@@ -81,7 +85,14 @@ class Store:
             run = Run(**fields)
             s.add(run)
             s.commit()
+            self._count(new.kind, Outcome.RUNNING, +1)
             return _id(run.id)
+
+    def _count(self, kind: str, outcome: str, n: int) -> None:
+        with self._summary_lock:
+            if self._summary is not None:
+                key = (kind, outcome)
+                self._summary.counts[key] = self._summary.counts.get(key, 0) + n
 
     def add_event(
         self,
@@ -127,6 +138,16 @@ class Store:
             event = RunEvent(run_id=run_id, phase=outcome.phase, detail=detail or error or "")
             s.add_all([event, run])
             s.commit()
+            self._count(run.kind, Outcome.RUNNING, -1)
+            self._count(run.kind, outcome, +1)
+            if outcome is Outcome.ACTIVE and run.profile:
+                with self._summary_lock:
+                    if self._summary is not None:
+                        if run.load_seconds is not None:
+                            self._summary.load_seconds[run.profile] = run.load_seconds
+                        seconds = (run.ended_at - run.started_at).total_seconds() if run.ended_at else None
+                        if seconds is not None:
+                            self._summary.switch_seconds[run.profile] = seconds
             return _id(event.id)
 
     def save_teardown(self, *, run_id: int | None, ok: bool, report: dict[str, Any]) -> int:
@@ -134,7 +155,12 @@ class Store:
             rec = TeardownRecord(run_id=run_id, ok=ok, report=json.dumps(report, default=str))
             s.add(rec)
             s.commit()
-            return _id(rec.id)
+            rec_id = _id(rec.id)
+        total = (report.get("steps") or {}).get("total_s")
+        with self._summary_lock:
+            if self._summary is not None and total is not None:
+                self._summary.teardown_seconds = float(total)
+        return rec_id
 
     def get_run(self, *, run_id: int) -> RunView | None:
         with self.session() as s:
@@ -172,11 +198,26 @@ class Store:
                     )
                 )
             s.commit()
+            self.forget_summary()
             return [r.id for r in runs if r.id is not None]
 
     def metrics_summary(self) -> MetricsSummary:
-        """Aggregated in SQL (one scrape must not read every run): counts by kind and outcome, each
-        profile's newest good switch, the newest teardown's duration."""
+        """A copy of the current summary (computed in SQL the first time, and after `forget_summary`)."""
+        with self._summary_lock:
+            if self._summary is None:
+                self._summary = self._summarize()
+            s = self._summary
+            return replace(s, counts=dict(s.counts), load_seconds=dict(s.load_seconds),
+                           switch_seconds=dict(s.switch_seconds))  # fmt: skip
+
+    def forget_summary(self) -> None:
+        """Runs changed in bulk (interrupted at start, pruned): the next scrape aggregates again."""
+        with self._summary_lock:
+            self._summary = None
+
+    def _summarize(self) -> MetricsSummary:
+        """Aggregated in SQL: counts by kind and outcome, each profile's newest good switch, the newest
+        teardown's duration."""
         with self.session() as s:
             counts = s.exec(select(Run.kind, Run.outcome, func.count()).group_by(Run.kind, Run.outcome)).all()
             newest = (

@@ -109,6 +109,7 @@ class ServingStore:
                     s.exec(delete(table).where(col(table.run_id).in_(ids)))
                 s.exec(delete(Run).where(col(Run.id).in_(ids)))
                 s.commit()
+                self.store.forget_summary()
             return len(ids)
 
     def run(self, run_id: int) -> Run:

@@ -172,6 +172,9 @@ class NoProcs:
     def listeners(self, ports: tuple[int, ...]) -> dict[int, list[int | None]]:
         return {}
 
+    def mapped(self, pattern: str) -> dict[str, set[int]]:
+        return {}
+
 
 class NoShm:
     from pathlib import Path

@@ -85,7 +85,13 @@ async def test_units_changed_with_systemctl_are_followed(env: Env) -> None:
     env.systemd._set(ALPHA, "inactive", "dead", "success")  # systemctl stop
     await _until(env, lambda s: s["state"] == "idle" and s["serving_run_id"] is None, "idle")
     env.systemd._set(BETA, "active", "running")  # systemctl start
-    st = await _until(env, lambda s: s["state"] == "active" and s["active_profile"] == "beta", "followed")
+    st = await _until(
+        env,
+        lambda s: (
+            s["state"] == "active" and s["active_profile"] == "beta" and s["serving_run_id"] is not None
+        ),
+        "followed",
+    )
     runs = await _runs(env)
     external = [r for r in runs if r["kind"] == "external"]
     assert [r["profile"] for r in external] == ["beta", "alpha"]

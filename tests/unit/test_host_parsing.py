@@ -75,6 +75,14 @@ class _Procs:
     def listeners(self, ports: tuple[int, ...]) -> dict[int, list[int | None]]:
         return {}
 
+    def mapped(self, pattern: str) -> dict[str, set[int]]:
+        held: dict[str, set[int]] = {}
+        for p in self.procs:
+            if p.state != "Z":
+                for path in p.mapped_devices:
+                    held.setdefault(path, set()).add(p.pid)
+        return held
+
 
 def test_simulated_gpu_counts_only_live_holders() -> None:
     procs = _Procs([_proc(10, ("/s/dev/nvidia1",)), _proc(11, ("/s/dev/nvidia1",), state="Z")])

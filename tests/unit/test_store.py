@@ -99,3 +99,20 @@ def test_db_upgrade_command(tmp_path: Path) -> None:
                        capture_output=True, text=True, timeout=60)  # fmt: skip
     assert r.returncode == 0, r.stderr
     assert {"runs", "run_events", "teardowns"} <= _tables(tmp_path / "state/k25.db")
+
+
+def test_the_summary_kept_current_equals_a_fresh_aggregate(tmp_path: Path) -> None:
+    store = Store.open(tmp_path / "k25.db")
+    assert store.metrics_summary().counts == {}  # computed now, then maintained
+    for profile, outcome in (("a", Outcome.ACTIVE), ("b", Outcome.FAILED), ("a", Outcome.ACTIVE)):
+        run_id = store.create_run(NewRun(RunKind.SWITCH, profile))
+        store.add_event(run_id=run_id, phase=Phase.PROBING, load_seconds=3.0)
+        store.finish_run(run_id=run_id, outcome=outcome)
+        store.save_teardown(run_id=run_id, ok=True, report={"steps": {"total_s": 0.5}})
+    store.create_run(NewRun(RunKind.SERVING, "a"))
+    kept = store.metrics_summary()
+    store.forget_summary()
+    fresh = store.metrics_summary()
+    assert {k: v for k, v in kept.counts.items() if v} == fresh.counts
+    assert (kept.load_seconds, kept.teardown_seconds) == (fresh.load_seconds, fresh.teardown_seconds)
+    assert kept.switch_seconds.keys() == fresh.switch_seconds.keys()
