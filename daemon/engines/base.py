@@ -93,10 +93,14 @@ class UsageDelta:
     per_position: list[float] = field(default_factory=list)
 
 
-def metric_samples(text: str) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Parse a Prometheus text scrape (prometheus_client's parser) into sample name -> [(labels, value)]."""
+def metric_samples(text: str, wanted: tuple[str, ...] = ()) -> dict[str, list[tuple[dict[str, str], float]]]:
+    """Parse a Prometheus text scrape (prometheus_client's parser) into sample name -> [(labels, value)].
+    With `wanted`, only those metrics' lines are parsed: the watch scrapes every interval, and an engine's
+    histograms are most of its text."""
     from prometheus_client.parser import text_string_to_metric_families  # only the metrics path needs it
 
+    if wanted:
+        text = "\n".join(line for line in text.splitlines() if line.startswith(wanted)) + "\n"
     out: dict[str, list[tuple[dict[str, str], float]]] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:

@@ -38,6 +38,17 @@ M_RUNNING = "sglang:num_running_reqs"
 M_WAITING = "sglang:num_queue_reqs"
 M_KV_USAGE = "sglang:token_usage"
 SERVER_INFO_PATH = "/server_info"
+# The counters and gauges k25-ctl reads (histograms are left to Prometheus).
+SCRAPED = (
+    M_PROMPT,
+    M_GENERATION,
+    M_REQUESTS,
+    M_ACCEPT_LENGTH,
+    M_ACCEPT_RATE,
+    M_RUNNING,
+    M_WAITING,
+    M_KV_USAGE,
+)
 
 # What the engine prints and how its processes are named (the sandbox's fake engine speaks the same).
 TITLE_SCHEDULER = "sglang::scheduler_TP{rank}"
@@ -107,7 +118,7 @@ class SglangEngine(Engine):
         return Readiness.HEALTHY if status == 200 else Readiness.WARMING
 
     def parse_metrics(self, text: str) -> MetricsSnapshot:
-        s = metric_samples(text)
+        s = metric_samples(text, SCRAPED)
         return MetricsSnapshot(
             prompt_tokens=total(s, M_PROMPT),
             generation_tokens=total(s, M_GENERATION),

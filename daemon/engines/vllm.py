@@ -38,6 +38,10 @@ M_RUNNING = "vllm:num_requests_running"
 M_WAITING = "vllm:num_requests_waiting"
 M_KV_USAGE = "vllm:kv_cache_usage_perc"
 
+# The counters and gauges k25-ctl reads (histograms are left to Prometheus).
+SCRAPED = (M_PROMPT, M_GENERATION, M_SUCCESS, M_DRAFTS, M_DRAFT_TOKENS, M_ACCEPTED, M_ACCEPTED_POS, M_RUNNING,
+           M_WAITING, M_KV_USAGE)  # fmt: skip
+
 # What the engine prints and how its processes are named (the sandbox's fake engine speaks the same).
 TITLE_ENGINE_CORE = "VLLM::EngineCore"
 TITLE_WORKER = "VLLM::Worker_TP{rank}"
@@ -103,7 +107,7 @@ class VllmEngine(Engine):
         return Readiness.HEALTHY if status == 200 else Readiness.DEAD
 
     def parse_metrics(self, text: str) -> MetricsSnapshot:
-        s = metric_samples(text)
+        s = metric_samples(text, SCRAPED)
         per_pos: dict[int, float] = {}
         for labels, value in s.get(M_ACCEPTED_POS, []):
             pos = int(labels.get("position", "0"))
