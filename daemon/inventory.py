@@ -10,7 +10,6 @@ from daemon.api.schemas import GpuOut, ProfileOut, UnitStateOut
 from daemon.engines import engine_for
 from daemon.engines.checks import load_checked_profiles
 from daemon.errors import K25Error
-from daemon.host.gpu import GpuView
 from daemon.host.systemd import SystemdPort, UnitState
 from daemon.profiles import ProfileSet
 from daemon.sampler import HostSampler
@@ -20,17 +19,12 @@ log = logging.getLogger("k25.profiles")
 
 
 class Inventory:
-    def __init__(self, settings: Settings, systemd: SystemdPort, gpus: GpuView) -> None:
+    def __init__(self, settings: Settings, systemd: SystemdPort) -> None:
         self._settings = settings
         self._systemd = systemd
-        self._gpus = gpus
         self.profiles = ProfileSet()
         self.unit_cache: Callable[[], Mapping[str, UnitState]] = dict
         self.sampler: HostSampler  # set by the app (it needs the teardown)
-
-    @property
-    def gpu_view(self) -> GpuView:
-        return self._gpus
 
     async def reload_profiles(self) -> ProfileSet:
         """Read the profiles folder afresh (each switch does, and reload); report what changed."""

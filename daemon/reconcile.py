@@ -1,5 +1,5 @@
 """After a daemon (re)start: unfinished runs become `interrupted`, the active profile is whichever managed
-unit systemd says is active, and stray engine processes are reported, not killed."""
+unit systemd says is active (stray engine processes are the sampler's to report, not to kill)."""
 
 from __future__ import annotations
 
@@ -16,8 +16,6 @@ from daemon.recorder import HostAfter, RunRecorder
 from daemon.run_types import CutShort, Phase, RunKind
 from daemon.store.queries import Store
 from daemon.switch import ServingHooks
-from daemon.teardown import Victim
-from daemon.teardown_exec import Teardown
 
 log = logging.getLogger("k25.reconcile")
 
@@ -30,7 +28,6 @@ class Reconciled:
     interrupted: list[int] = field(default_factory=list)
     active_units: list[str] = field(default_factory=list)
     adopted: str | None = None
-    strays: list[Victim] = field(default_factory=list)
     resume: CutShort | None = None  # its engine runs but was never proven ready: probe it first
     restore: CutShort | None = None  # nothing runs: finish its undo (the known-good profile comes back)
 
@@ -39,7 +36,6 @@ async def reconcile(
     profiles: ProfileSet,
     *,
     systemd: SystemdPort,
-    teardown: Teardown,
     recorder: RunRecorder,
     serving: ServingHooks,
 ) -> Reconciled:
@@ -65,14 +61,8 @@ async def reconcile(
         await serving.begin(profiles.valid[chosen], parent=None, adopt_run=keep[0] if keep else None)
     else:  # what to do next (resume, restore) is the switcher's: see Switcher.after_restart
         recorder.settle(HostAfter(HostState.IDLE))
-    plan = await teardown.plan(managed_units=tuple(lp.profile.unit for lp in profiles.valid.values()))
-    strays = [v for v in plan.victims if v.foreign]
-    for v in strays:
-        log.warning(
-            "stray engine process pid %d (%s): %s; not killed", v.pid, v.title[:80], "; ".join(v.reasons)
-        )
     log.info("reconciled: active units %s, adopted %s", active or "none", chosen or "none")
-    return Reconciled(interrupted, active, None if resume else chosen, strays, resume, restore)
+    return Reconciled(interrupted, active, None if resume else chosen, resume, restore)
 
 
 async def _last_switch(store: Store) -> CutShort | None:

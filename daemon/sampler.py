@@ -45,7 +45,12 @@ class HostSampler:
 
     async def sample_strays(self) -> None:
         plan = await self.teardown.plan(managed_units=self.managed_units(), full=False)
+        known = {v.pid for v in self.strays}
         self.strays = [v for v in plan.victims if v.foreign]
+        for v in self.strays:
+            if v.pid not in known:  # each stray once, when it first shows
+                log.warning("stray engine process pid %d (%s): %s; not killed",
+                            v.pid, v.title[:80], "; ".join(v.reasons))  # fmt: skip
 
     async def start(self) -> None:
         await self.sample_gpus()

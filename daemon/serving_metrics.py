@@ -11,6 +11,7 @@ from datetime import datetime
 from daemon.engines.base import Engine, MetricsSnapshot, UsageDelta
 from daemon.profiles import Profile
 from daemon.store.models import ServingMetric
+from daemon.store.serving import weighted
 
 ZERO = MetricsSnapshot(prompt_tokens=0.0, generation_tokens=0.0, requests=0.0, spec_drafts=0.0,
                        spec_draft_tokens=0.0, spec_accepted=0.0)  # fmt: skip
@@ -85,9 +86,7 @@ class MetricsWindow:
 
 
 def _by_tokens(values: list[tuple[float | None, UsageDelta]]) -> float | None:
-    known = [(v, u.generation_tokens) for v, u in values if v is not None and u.generation_tokens > 0]
-    total = sum(w for _, w in known)
-    return sum(v * w for v, w in known) / total if total else None
+    return weighted([(v, u.generation_tokens) for v, u in values])
 
 
 def _per_position(usages: list[UsageDelta]) -> str | None:

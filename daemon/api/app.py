@@ -114,7 +114,7 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
         app.state.reads_require_token = settings.reads_require_token
         store = await asyncio.to_thread(Store.open, settings.database_path)
         host = ports(settings)
-        inventory = Inventory(settings, host.systemd, host.gpus)
+        inventory = Inventory(settings, host.systemd)
         inventory.sampler = HostSampler(
             host.gpus,
             host.teardown,
@@ -152,7 +152,7 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
             watch=watch,
         )
         controller.reconciled = await reconcile(
-            profiles, systemd=host.systemd, teardown=host.teardown, recorder=recorder, serving=watch
+            profiles, systemd=host.systemd, recorder=recorder, serving=watch
         )
         rec = controller.reconciled
         await switcher.after_restart(rec.resume or rec.restore, resume=rec.resume is not None)

@@ -14,7 +14,7 @@ from daemon.store.models import Run, RunEvent, ServingMetric, TeardownRecord
 from daemon.store.queries import Store, require_run
 
 
-def _weighted(pairs: Sequence[tuple[float | None, float]]) -> float | None:
+def weighted(pairs: Sequence[tuple[float | None, float]]) -> float | None:
     """Mean of values weighted by generated tokens (acceptance over a longer span)."""
     known = [(v, w) for v, w in pairs if v is not None and w > 0]
     total = sum(w for _, w in known)
@@ -30,7 +30,7 @@ class ServingStore:
         with self.store.session() as s:
             run = require_run(s, row.run_id)
             before = run.generation_tokens or 0.0
-            run.acceptance_length = _weighted(
+            run.acceptance_length = weighted(
                 [(run.acceptance_length, before), (row.acceptance_length, row.generation_tokens)]
             )
             run.served_s = (run.served_s or 0.0) + row.seconds
@@ -81,8 +81,8 @@ class ServingStore:
                         running=rows[-1].running,
                         waiting=rows[-1].waiting,
                         kv_usage=rows[-1].kv_usage,
-                        acceptance_rate=_weighted([(r.acceptance_rate, r.generation_tokens) for r in rows]),
-                        acceptance_length=_weighted(
+                        acceptance_rate=weighted([(r.acceptance_rate, r.generation_tokens) for r in rows]),
+                        acceptance_length=weighted(
                             [(r.acceptance_length, r.generation_tokens) for r in rows]
                         ),
                     )
