@@ -170,6 +170,9 @@ def _remote_commands(sub: Any) -> None:
     p.add_argument("run_id", type=int)
     p = add("cancel", r.cancel, "cancel the run in progress")
     p.add_argument("run_id", type=int)
+    from daemon.cli_bench import add_commands
+
+    add_commands(add)
 
 
 def build_parser() -> argparse.ArgumentParser:

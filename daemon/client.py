@@ -50,8 +50,8 @@ class Client:
     def get(self, path: str, **params: Any) -> Any:
         return self._check(self.http.get(path, params={k: v for k, v in params.items() if v is not None}))
 
-    def post(self, path: str, **params: Any) -> tuple[int, Any]:
-        r = self.http.post(path, params=params)
+    def post(self, path: str, body: Any = None, **params: Any) -> tuple[int, Any]:
+        r = self.http.post(path, params=params, json=body)
         return r.status_code, self._check(r)
 
     def events(self, path: str) -> Iterator[dict[str, Any]]:

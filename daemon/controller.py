@@ -28,11 +28,13 @@ from daemon.api.schemas import (
     TeardownRunOut,
     VictimOut,
 )
+from daemon.controller_bench import BenchController
 from daemon.errors import Busy, NotFound
 from daemon.exporter import K25Collector
 from daemon.exporter import render as render_metrics
 from daemon.hoststate import HostState, StateHub
 from daemon.inventory import Inventory
+from daemon.jobs import Jobs
 from daemon.reconcile import Reconciled
 from daemon.recorder import HostAfter, RunRecorder
 from daemon.run_types import FINAL_OUTCOMES, NewRun, Outcome, RunKind
@@ -52,9 +54,11 @@ class Controller:
         teardown: Teardown,
         default_profile: str,
         watch: ServingWatch,
+        bench: BenchController,
+        jobs: Jobs,
     ) -> None:
         self.inventory, self.switcher, self.recorder, self.teardown = inventory, switcher, recorder, teardown
-        self.watch = watch
+        self.watch, self.bench, self.jobs = watch, bench, jobs
         self.store: Store = recorder.store
         self.hub: StateHub = recorder.hub
         self.default_profile = default_profile
@@ -108,7 +112,8 @@ class Controller:
         return await self.activate(self.default_profile, force=False, wait=wait)
 
     async def cancel(self, run_id: int) -> CancelOut:
-        await self.switcher.cancel(run_id)
+        if not self.jobs.cancel(run_id):  # a benchmark or experiment, else a switch
+            await self.switcher.cancel(run_id)
         return CancelOut(run_id=run_id, cancelling=True)
 
     async def run(self, run_id: int) -> RunOut:

@@ -40,6 +40,8 @@ class HostStatus:
     serving_run_id: int | None = None  # the serving run while a profile is active
     conflicts: tuple[str, ...] = ()  # managed units running beside the active one (started behind our back)
     warnings: tuple[str, ...] = ()  # what the operator must know whatever the state (a database moved aside)
+    job_run_id: int | None = None  # a benchmark or experiment in progress
+    job: str | None = None  # what it is doing, one line
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -113,6 +115,8 @@ def _age(seconds: float) -> str:
 def describe(st: HostStatus, now: float | None = None) -> str:
     """One line for `systemctl status k25-ctl` (sd_notify STATUS=)."""
     line = _state_line(st, time.time() if now is None else now)
+    if st.job:
+        line += f" | {st.job}"
     return line + "".join(f" | WARNING: {w}" for w in st.warnings)
 
 

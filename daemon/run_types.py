@@ -12,6 +12,8 @@ class RunKind(enum.StrEnum):
     TEARDOWN = "teardown"
     SERVING = "serving"  # from active until the engine stops, crashes or is switched away
     EXTERNAL = "external"  # a managed unit changed by someone else (systemctl)
+    BENCHMARK = "benchmark"  # load levels against the active profile
+    EXPERIMENT = "experiment"  # switch, benchmark, next profile; then restore
 
 
 class Phase(enum.StrEnum):
@@ -25,6 +27,9 @@ class Phase(enum.StrEnum):
     ROLLBACK = "rollback"
     SERVING = "serving"
     UNHEALTHY = "unhealthy"
+    MEASURING = "measuring"  # a benchmark level (warm-ups, then the measured requests)
+    SWITCHING = "switching"  # an experiment waits for a switch it started
+    RESTORING = "restoring"  # an experiment (or its cancel) brings the previous profile back
     # Final phases: a run that ended stays on the phase named for its outcome.
     ACTIVE = "active"
     FAILED = "failed"

@@ -57,6 +57,8 @@ class Settings(BaseSettings):
     unix_socket: Path | None = None
     reads_require_token: bool = False
     max_body_bytes: int = Field(default=64 * 1024, gt=0)
+    # POST /benchmarks and /experiments may carry the operator's own prompts.
+    max_prompts_body_bytes: int = Field(default=16 * 1024 * 1024, gt=0)
     # Host names the API answers to besides loopback (a DNS-rebinding page gets 400).
     allowed_hosts: list[str] = Field(default_factory=list)
     max_sse_streams: int = Field(default=64, ge=1)  # open /events and /runs/N/events streams

@@ -117,6 +117,7 @@ class Switcher:
         self._cancelling = False
         self._admission = asyncio.Lock()
         self.serving = serving
+        self.gate: Callable[[], str | None] = lambda: None  # the job in progress, if any
 
     @property
     def busy(self) -> bool:
@@ -143,6 +144,8 @@ class Switcher:
         async with self._admission:  # check and claim in one step: two requests never both get through
             if self._task is not None:
                 raise Busy(f"run {self._run_id} (switch to {self.hub.status.target_profile}) is in progress")
+            if parent is None and (job := self.gate()):  # an operator's switch waits for a benchmark
+                raise Busy(job)
             if self.hub.status.state is HostState.NEEDS_RESET:
                 raise Refused(f"the host needs a GPU reset or reboot: {self.hub.status.reason}")
             st = self.hub.status
@@ -200,6 +203,11 @@ class Switcher:
         task = self._task
         if task is not None and self._run_id == run_id:
             await asyncio.shield(task)
+
+    async def settled(self) -> None:
+        """Until the switch in progress (with any rollback it started) has ended."""
+        if self._task is not None:
+            await asyncio.wait({self._task})
 
     async def cancel(self, run_id: int) -> None:
         if self._task is None or self._run_id != run_id:

@@ -11,7 +11,7 @@ import signal
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from fastapi import FastAPI
 
@@ -19,19 +19,26 @@ from daemon.api import routes
 from daemon.api.auth import load_token
 from daemon.api.http import SseGate, install
 from daemon.api.schemas import HealthOut
+from daemon.bench.client import new_client
+from daemon.bench.runner import BenchmarkRunner, HttpFactory
+from daemon.benchmarks import Benchmarks
 from daemon.controller import Controller
+from daemon.controller_bench import BenchController
 from daemon.engine_client import EnginePort, Prober
+from daemon.errors import K25Error
 from daemon.host.gpu import GpuView
 from daemon.host.journal import JournalctlJournal, JournalPort
 from daemon.host.notify import sd_notify
 from daemon.host.systemd import SdbusSystemd, SystemdPort, open_system_bus
 from daemon.hoststate import HostStatus, StateHub, describe
 from daemon.inventory import Inventory
+from daemon.jobs import Jobs
 from daemon.launch import write_launch
 from daemon.reconcile import reconcile
 from daemon.recorder import RunRecorder
 from daemon.sampler import HostSampler
 from daemon.settings import Settings
+from daemon.store.bench import BenchStore
 from daemon.store.queries import Store
 from daemon.switch import Switcher, SwitchPorts
 from daemon.teardown_exec import Teardown
@@ -85,6 +92,20 @@ async def _notify_status(hub: StateHub) -> None:
             sd_notify("WATCHDOG=1")
 
 
+def _hardware(gpus: GpuView) -> Callable[[list[int]], tuple[list[str], str | None]]:
+    """GPU names of the given indices and the driver version, for a benchmark's provenance (in a thread)."""
+
+    def read(indices: list[int]) -> tuple[list[str], str | None]:
+        try:
+            seen = {g.index: g.name for g in gpus.gpus(light=True)}
+            driver = gpus.driver_version()
+        except K25Error:
+            return [], None
+        return [seen[i] for i in indices if i in seen], driver
+
+    return read
+
+
 @dataclass
 class HostPorts:
     """What the daemon uses of the machine; tests hand in fakes, `real_ports` builds the real ones."""
@@ -94,6 +115,7 @@ class HostPorts:
     gpus: GpuView
     teardown: Teardown
     prober: EnginePort
+    bench_http: HttpFactory = field(default=lambda n, t: new_client(t, n))  # the benchmark's requests
 
 
 def real_ports(settings: Settings) -> HostPorts:
@@ -143,6 +165,23 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
             serving=watch,
         )
         watch.policies.switcher = switcher
+        jobs = Jobs(recorder.hub)
+        switcher.gate = jobs.busy_reason
+        runner = BenchmarkRunner(
+            recorder=recorder,
+            bench_store=BenchStore(store),
+            http=host.bench_http,
+            hardware=_hardware(host.gpus),
+        )
+        benchmarks = Benchmarks(
+            runner=runner,
+            jobs=jobs,
+            recorder=recorder,
+            switcher=switcher,
+            profiles=inventory.reload_profiles,
+            bench_store=runner.bench_store,
+            default_profile=settings.default_profile,
+        )
         controller = Controller(
             inventory=inventory,
             switcher=switcher,
@@ -150,6 +189,8 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
             teardown=host.teardown,
             default_profile=settings.default_profile,
             watch=watch,
+            bench=BenchController(benchmarks),
+            jobs=jobs,
         )
         controller.reconciled = await reconcile(
             profiles, systemd=host.systemd, recorder=recorder, serving=watch
@@ -196,4 +237,5 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
     # path matches (POST /profiles/reload, not GET /profiles/{name}).
     app.include_router(routes.writes)
     app.include_router(routes.router)
+    app.state.api_routes = [*routes.writes.routes, *routes.router.routes]  # for the 405's Allow header
     return app

@@ -17,6 +17,7 @@ from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
+from starlette.routing import BaseRoute, Match
 
 from daemon.errors import K25Error
 from daemon.settings import Settings
@@ -93,6 +94,30 @@ class SseGate:
         )
 
 
+def _allowed(app: FastAPI, request: Request) -> list[str]:
+    """The methods of the resource at this path: of the routes that match it, those with the fewest path
+    parameters (POST /profiles/reload is its own resource, not GET /profiles/{name} named "reload")."""
+    found: list[tuple[int, str]] = []
+    routes: list[BaseRoute] = getattr(app.state, "api_routes", [])  # FastAPI hides them in included routers
+    for method in ("GET", "HEAD", "POST", "PUT", "PATCH", "DELETE"):
+        for route in routes:
+            match, child = route.matches(dict(request.scope, method=method))
+            if match is Match.FULL:
+                found.append((len(child.get("path_params") or {}), method))
+                break
+    fewest = min((n for n, _ in found), default=0)
+    return [m for n, m in found if n == fewest]
+
+
+PROMPT_PATHS = ("/benchmarks", "/experiments")  # requests that may carry the operator's prompts
+
+
+def _body_limit(request: Request, settings: Settings) -> int:
+    if request.method == "POST" and request.url.path in PROMPT_PATHS:
+        return settings.max_prompts_body_bytes
+    return settings.max_body_bytes
+
+
 def install(app: FastAPI, settings: Settings) -> None:
     hosts = allowed_hosts(settings)
 
@@ -104,10 +129,8 @@ def install(app: FastAPI, settings: Settings) -> None:
             response: Response = JSONResponse(
                 {"detail": f"host {name!r} is not allowed (allowed_hosts setting)"}, status_code=400
             )
-        elif not length.isdigit() or int(length) > settings.max_body_bytes:
-            response = JSONResponse(
-                {"detail": f"request body over {settings.max_body_bytes} bytes"}, status_code=413
-            )
+        elif not length.isdigit() or int(length) > (limit := _body_limit(request, settings)):
+            response = JSONResponse({"detail": f"request body over {limit} bytes"}, status_code=413)
         else:
             response = await call_next(request)
         response.headers.update(HEADERS)
@@ -127,8 +150,13 @@ def install(app: FastAPI, settings: Settings) -> None:
         return JSONResponse({"detail": f"invalid request: {where}"}, status_code=422)
 
     @app.exception_handler(HTTPException)
-    async def _http(_: Request, exc: HTTPException) -> Response:
-        return JSONResponse({"detail": str(exc.detail)}, status_code=exc.status_code, headers=exc.headers)
+    async def _http(request: Request, exc: HTTPException) -> Response:
+        headers = dict(exc.headers or {})
+        if exc.status_code == 405:
+            # Starlette names only the first route whose path matches; a path served by the read and the
+            # write routers (GET and POST /benchmarks) takes the methods of all of them.
+            headers["Allow"] = ", ".join(_allowed(app, request)) or headers.get("Allow", "")
+        return JSONResponse({"detail": str(exc.detail)}, status_code=exc.status_code, headers=headers)
 
     def openapi() -> dict[str, Any]:
         """FastAPI's document, with the bearer marked optional on reads (open unless reads_require_token)."""

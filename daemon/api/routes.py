@@ -12,6 +12,7 @@ from fastapi.responses import HTMLResponse, StreamingResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from daemon.api import auth
+from daemon.api.bench_schemas import BenchmarkOut, CompareOut, ExperimentOut
 from daemon.api.http import SseGate
 from daemon.api.schemas import (
     AcceptedOut,
@@ -25,6 +26,8 @@ from daemon.api.schemas import (
     TeardownPlanOut,
     TeardownRunOut,
 )
+from daemon.bench.spec import BenchmarkSpec
+from daemon.benchmarks import ExperimentRequest
 from daemon.controller import Controller
 
 
@@ -181,3 +184,56 @@ async def teardown_plan(c: Ctl) -> TeardownPlanOut:
 @writes.post("/teardown")
 async def teardown(c: Ctl) -> TeardownRunOut:
     return await c.run_teardown()
+
+
+ACCEPTED: Responses = {202: {"model": AcceptedOut, "description": "started: its run id, Location names it"}}
+Limit = Annotated[int, Query(ge=1, le=1000)]
+
+
+@writes.post("/benchmarks", status_code=202, responses=ACCEPTED)
+async def start_benchmark(spec: BenchmarkSpec, c: Ctl, response: Response) -> AcceptedOut:
+    out = await c.bench.start(spec)
+    response.headers["Location"] = f"/benchmarks/{out.run_id}"
+    return out
+
+
+@router.get("/benchmarks")
+async def benchmarks(c: Ctl, profile: str | None = None, limit: Limit = 50) -> list[BenchmarkOut]:
+    return await c.bench.benchmarks(profile=profile, limit=limit)
+
+
+@router.get("/benchmarks/{run_id}")
+async def benchmark(run_id: RunId, c: Ctl, requests: bool = False) -> BenchmarkOut:
+    return await c.bench.benchmark(run_id, requests=requests)
+
+
+@router.get("/benchmarks/{run_id}/export")
+async def export_benchmark(run_id: RunId, c: Ctl) -> list[dict[str, Any]]:
+    """The levels as `vllm bench serve --save-result` JSON objects (for existing plotting scripts)."""
+    return await c.bench.export(run_id)
+
+
+@writes.post("/experiments", status_code=202, responses=ACCEPTED)
+async def start_experiment(req: ExperimentRequest, c: Ctl, response: Response) -> AcceptedOut:
+    out = await c.bench.start_experiment(req)
+    response.headers["Location"] = f"/experiments/{out.run_id}"
+    return out
+
+
+@router.get("/experiments")
+async def experiments(c: Ctl, limit: Limit = 50) -> list[ExperimentOut]:
+    return await c.bench.experiments(limit=limit)
+
+
+@router.get("/experiments/{run_id}")
+async def experiment(run_id: RunId, c: Ctl) -> ExperimentOut:
+    return await c.bench.experiment(run_id)
+
+
+@router.get("/compare")
+async def compare(
+    c: Ctl,
+    baseline: Annotated[str, Query(max_length=200)] = "baseline",
+    benchmark_spec: Annotated[str | None, Query(max_length=64, description="a spec hash")] = None,
+) -> CompareOut:
+    return await c.bench.compare(baseline=baseline, spec_hash=benchmark_spec)

@@ -233,6 +233,8 @@ class StatusOut(Out):
     conflicts: list[str] = []
     warnings: list[str] = []
     serving: ServingNow | None = None  # the serving engine's current figures
+    job_run_id: int | None = None  # a benchmark or experiment in progress
+    job: str | None = None  # its progress, one line
 
 
 class ProfileOut(Out):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import json
 import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
@@ -187,6 +188,42 @@ class Engine(ABC):
             "stream": True,
         }
         return "/v1/completions", body
+
+    def bench_request(
+        self,
+        profile: Profile,
+        prompt: str,
+        *,
+        max_tokens: int,
+        temperature: float,
+        ignore_eos: bool,
+        chat: bool,
+    ) -> tuple[str, dict[str, Any]]:
+        """One benchmark request: streamed, usage on every chunk (tokens per chunk) and at the end."""
+        body: dict[str, Any] = {
+            "model": profile.served_model_name or profile.model,
+            "max_tokens": max_tokens,
+            "temperature": temperature,
+            "stream": True,
+            "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+        }
+        if ignore_eos:
+            body["ignore_eos"] = True  # both engines' extension: generate exactly max_tokens
+        if chat:
+            return "/v1/chat/completions", body | {"messages": [{"role": "user", "content": prompt}]}
+        return "/v1/completions", body | {"prompt": prompt}
+
+    def version_path(self) -> str | None:
+        """Where the engine says its version (None: it does not)."""
+        return "/version"
+
+    def parse_version(self, body: str) -> str | None:
+        try:
+            data = json.loads(body)
+        except ValueError:
+            return None
+        version = data.get("version") if isinstance(data, dict) else None
+        return str(version) if version is not None else None
 
     def classify_line(self, line: str, ignore: Iterable[re.Pattern[str]] = ()) -> LogEvent | None:
         if m := LOAD_PROGRESS_RE.search(line):

@@ -19,5 +19,8 @@ class CustomEngine(Engine):
         # Profile validation guarantees a command for engine `custom`.
         return list(profile.command or [])
 
+    def version_path(self) -> str | None:
+        return None  # nothing known about it
+
 
 ENGINE = CustomEngine()

@@ -155,6 +155,9 @@ class SglangEngine(Engine):
         ]
         return sum(values) / len(values) if values else None
 
+    def version_path(self) -> str | None:
+        return SERVER_INFO_PATH  # `version` is one of /server_info's keys
+
     def usage_delta(self, profile: Profile, before: MetricsSnapshot, after: MetricsSnapshot) -> UsageDelta:
         base = super().usage_delta(profile, before, after)
         length = _interval_accept_length(before, after)

@@ -23,6 +23,8 @@ from starlette.routing import Route
 from daemon.engines import sglang as sg
 from daemon.engines import vllm as vl
 
+FAKE_VERSION = "0.0.0+fake"
+
 
 @dataclass
 class FakeConfig:
@@ -87,8 +89,9 @@ class Stats:
             self.accept_rate = Gauge(sg.M_ACCEPT_RATE, "accept rate", keys, registry=r).labels(**labels)
             self.throughput = Gauge(sg.M_THROUGHPUT, "throughput", keys, registry=r).labels(**labels)
 
-    def step(self) -> int:
-        """One decode step: how many tokens it emits (1 + accepted drafts)."""
+    def step(self, room: int) -> int:
+        """One decode step: how many tokens it emits (1 + accepted drafts, at most `room`: the request's
+        end). vLLM's counters count every accepted draft; SGLang's lifetime mean counts emitted tokens."""
         k = self.cfg.spec_tokens
         accepted = 0
         if k:
@@ -102,12 +105,12 @@ class Stats:
                 for pos in range(k):
                     self.per_pos.labels(**self.labels, position=str(pos)).inc(1 if pos < accepted else 0)
         self.steps += 1
-        self.tokens += 1 + accepted
+        self.tokens += min(1 + accepted, room)
         if k and self.cfg.flavor == "sglang":
             length = self.tokens / self.steps
             self.accept_len.set(length)
             self.accept_rate.set(length / (k + 1))
-        return 1 + accepted
+        return min(1 + accepted, room)
 
 
 def build_app(cfg: FakeConfig, started: float, announce_ready: Callable[[], None]) -> Starlette:
@@ -128,13 +131,16 @@ def build_app(cfg: FakeConfig, started: float, announce_ready: Callable[[], None
     async def metrics(_: Request) -> Response:
         return Response(generate_latest(stats.registry), media_type="text/plain; version=0.0.4")
 
+    async def version(_: Request) -> Response:
+        return JSONResponse({"version": FAKE_VERSION})
+
     async def server_info(_: Request) -> Response:
         length = stats.tokens / stats.steps if stats.steps else None
         state = {
             "avg_spec_accept_length": length if cfg.spec_tokens else None,
             "last_gen_throughput": cfg.rate,
         }
-        return JSONResponse({"version": "fake", "internal_states": [state]})
+        return JSONResponse({"version": FAKE_VERSION, "internal_states": [state]})
 
     async def tokens(max_tokens: int) -> AsyncIterator[int]:
         stats.started += 1
@@ -142,7 +148,7 @@ def build_app(cfg: FakeConfig, started: float, announce_ready: Callable[[], None
             await hang.wait()
         produced, began = 0, time.monotonic()
         while produced < max_tokens:
-            n = min(stats.step(), max_tokens - produced)
+            n = stats.step(max_tokens - produced)
             # The simulated decode time of this step, paced against the request's start so that sleep
             # overshoot does not add up: the stream runs at `rate` tokens/s.
             await asyncio.sleep(max(0.0, began + (produced + n) / cfg.rate - time.monotonic()))
@@ -175,6 +181,9 @@ def build_app(cfg: FakeConfig, started: float, announce_ready: Callable[[], None
         def usage(n: int) -> dict[str, int]:
             return {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
 
+        options = body.get("stream_options") or {}
+        continuous = bool(options.get("include_usage") and options.get("continuous_usage_stats"))
+
         async def stream() -> AsyncIterator[bytes]:
             began = last = time.monotonic()
             stats.running.inc()
@@ -190,8 +199,11 @@ def build_app(cfg: FakeConfig, started: float, announce_ready: Callable[[], None
                     last = now
                     produced += n
                     finish = "length" if produced >= max_tokens else None
-                    yield f"data: {json.dumps(chunk(' tok' * n, finish))}\n\n".encode()
-                if (body.get("stream_options") or {}).get("include_usage"):
+                    out = chunk(" tok" * n, finish)
+                    if continuous:  # usage on every chunk: the client learns each chunk's tokens
+                        out["usage"] = usage(produced)
+                    yield f"data: {json.dumps(out)}\n\n".encode()
+                if options.get("include_usage"):
                     final = {
                         "id": rid,
                         "object": obj,
@@ -222,6 +234,7 @@ def build_app(cfg: FakeConfig, started: float, announce_ready: Callable[[], None
         Route("/health", health),
         Route("/v1/models", models),
         Route("/metrics", metrics),
+        Route("/version", version),
         Route("/v1/completions", complete, methods=["POST"]),
         Route("/v1/chat/completions", complete, methods=["POST"]),
     ]

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-from sqlalchemy import Index
-from sqlmodel import Field, SQLModel
+from sqlalchemy import Index, LargeBinary
+from sqlmodel import Column, Field, SQLModel
 
 
 def utcnow() -> datetime:
@@ -86,3 +86,50 @@ class ServingMetric(SQLModel, table=True):
     acceptance_rate: float | None = None  # the engine's native rate
     acceptance_length: float | None = None
     per_position: str | None = None  # JSON list of per-position acceptance (vLLM)
+
+
+class Benchmark(SQLModel, table=True):
+    """A benchmark run's provenance and headline figures: what exactly was measured, on what."""
+
+    __tablename__ = "benchmarks"
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", unique=True)
+    profile: str = Field(index=True)
+    serving_run_id: int | None = None  # plain id: the serving run may be pruned, the benchmark stays
+    experiment_run_id: int | None = Field(default=None, index=True)
+    repeat: int = 0
+    spec: str  # JSON of the BenchmarkSpec
+    spec_hash: str = Field(index=True)
+    prompt_hash: str
+    provenance: str  # JSON: engine, version, model, drafter, GPUs, driver, argv, profile hash, k25-ctl
+    gpu_key: str = ""  # GPU names and count: compare like with like
+    output_throughput: float | None = None  # the first level's
+    acceptance_length: float | None = None
+    acceptance_rate: float | None = None  # the engine's native rate
+    other_traffic: bool = False
+
+
+class BenchmarkLevel(SQLModel, table=True):
+    """One load level of a benchmark: its summary (vLLM's key names) and its requests (zlib JSON rows)."""
+
+    __tablename__ = "benchmark_levels"
+
+    id: int | None = Field(default=None, primary_key=True)
+    benchmark_id: int = Field(foreign_key="benchmarks.id", index=True)
+    position: int
+    concurrency: int | None = None
+    request_rate: float | None = None
+    summary: str  # JSON
+    requests: bytes = Field(sa_column=Column(LargeBinary, nullable=False))
+
+
+class Experiment(SQLModel, table=True):
+    """An experiment run's request and, per profile, what happened (kept current while it runs)."""
+
+    __tablename__ = "experiments"
+
+    id: int | None = Field(default=None, primary_key=True)
+    run_id: int = Field(foreign_key="runs.id", unique=True)
+    request: str  # JSON: profiles, benchmark spec, repeats, restore
+    steps: str = "{}"  # JSON: {"steps": [per profile: switch run, benchmark runs, error], "restore": ...}

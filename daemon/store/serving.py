@@ -9,9 +9,11 @@ from itertools import groupby
 
 from sqlmodel import col, delete, select, update
 
-from daemon.run_types import Outcome
+from daemon.run_types import Outcome, RunKind
 from daemon.store.models import Run, RunEvent, ServingMetric, TeardownRecord
 from daemon.store.queries import Store, require_run
+
+KEPT_KINDS = (RunKind.BENCHMARK, RunKind.EXPERIMENT)
 
 
 def weighted(pairs: Sequence[tuple[float | None, float]]) -> float | None:
@@ -101,7 +103,11 @@ class ServingStore:
         """Finished runs that ended before `before` go, with their events, teardowns and metric rows (run
         retention); a newer run that pointed at one of them keeps its own record."""
         with self.store.session() as s:
-            old = select(Run.id).where(Run.outcome != Outcome.RUNNING, col(Run.ended_at) < before)
+            old = select(Run.id).where(
+                Run.outcome != Outcome.RUNNING,
+                col(Run.ended_at) < before,
+                col(Run.kind).not_in(KEPT_KINDS),  # measured results are the host's memory: never pruned
+            )
             ids = [i for i in s.exec(old).all() if i is not None]
             if ids:
                 s.exec(update(Run).where(col(Run.parent_id).in_(ids)).values(parent_id=None))

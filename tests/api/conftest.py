@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +15,7 @@ from fastapi import FastAPI
 
 from daemon.api.app import HostPorts, create_app
 from daemon.host.gpu import NoGpus
+from daemon.sandbox.fake_http import FakeConfig, build_app
 from daemon.settings import Settings
 from tests.api.fakes import FakeJournal, FakeProber, FakeSystemd, fake_teardown
 
@@ -67,9 +69,21 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
     systemd = FakeSystemd(journal, units)
     prober = FakeProber(systemd)
 
+    # The benchmark's requests go to a fake vLLM in-process (k=3 drafts, half of them accepted).
+    engine = build_app(FakeConfig("vllm", "m", rate=5000.0, spec_tokens=3, acceptance=0.5, warmup_s=0.0,
+                                  deadlock=False), time.monotonic(), lambda: None)  # fmt: skip
+
+    def bench_http(connections: int, timeout_s: float) -> httpx.AsyncClient:
+        return httpx.AsyncClient(transport=httpx.ASGITransport(app=engine), timeout=timeout_s)
+
     def ports(_: Settings) -> HostPorts:
         return HostPorts(
-            systemd=systemd, journal=journal, gpus=NoGpus(), teardown=fake_teardown(), prober=prober
+            systemd=systemd,
+            journal=journal,
+            gpus=NoGpus(),
+            teardown=fake_teardown(),
+            prober=prober,
+            bench_http=bench_http,
         )
 
     app = create_app(settings, ports)

@@ -149,3 +149,36 @@ def test_page_works_when_reads_need_the_token(page: Any, tmp_path: Path) -> None
         assert errors == []
     finally:
         sbx.down(info)
+
+
+def test_page_shows_benchmark_charts_and_comparison(page: Any, api: Api, sandbox: SandboxInfo) -> None:
+    api.activate("baseline")
+    spec = {"concurrency": [1], "num_prompts": 2, "max_tokens": 48, "warmups": 0}
+    r = api.client.post("/experiments", json={"profiles": ["baseline", "sglang-eagle3"], "benchmark": spec})
+    assert r.status_code == 202, r.text
+    assert api.wait_run(r.json()["run_id"], within_s=180)["outcome"] == "ok"
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(sandbox.url + "/")
+    page.wait_for_selector("#compare-table:not([hidden]) tr[data-profile='sglang-eagle3']", timeout=15000)
+    assert page.is_hidden("#benchmarks")  # the "no benchmarks yet" line is gone
+    # A bar per profile in the throughput chart; acceptance only where the engine speculates.
+    tps = page.locator("#chart-bench-tps rect")
+    assert {"baseline", "sglang-eagle3"} <= set(tps.evaluate_all("els => els.map(e => e.dataset.profile)"))
+    widths = dict(tps.evaluate_all("els => els.map(e => [e.dataset.profile, +e.getAttribute('width')])"))
+    assert widths["sglang-eagle3"] > widths["baseline"] * 1.5  # 1.8x drawn as a longer bar
+    acc = page.locator("#chart-bench-acc rect").evaluate_all("els => els.map(e => e.dataset.profile)")
+    assert "sglang-eagle3" in acc
+    assert "baseline" not in acc
+    row = page.locator("tr[data-profile='sglang-eagle3']")
+    assert row.locator(".verdict").text_content().startswith("faster")
+    assert page.locator("tr[data-profile='baseline'] .verdict").text_content().startswith("baseline")
+    link = row.locator("a").first.get_attribute("href")
+    assert link is not None
+    assert link.startswith("/benchmarks/")
+    prov = api.client.get(link).json()["provenance"]  # each number leads to its run and provenance
+    assert prov["profile"] == "sglang-eagle3"
+    assert prov["engine"] == "sglang"
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "web-benchmarks.png"), full_page=True)
+    assert errors == []

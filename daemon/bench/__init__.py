@@ -1,0 +1,1 @@
+"""Benchmarks: the OpenAI streaming client, its metrics (vLLM's definitions), prompt sets, load shapes."""

@@ -1,0 +1,245 @@
+"""What one streamed request measured, and the aggregates over a level, exactly as `vllm bench serve`
+defines them (shared/ENGINES.md, Benchmark definitions), plus ITL per token and per-stream decode rate.
+Pure: no I/O, no clock; times are seconds relative to the level's start.
+
+Decisions (documented in the README):
+- TTFT is the first chunk that carries generated text. SGLang's (and vLLM chat's) empty role chunk is not a
+  token and is ignored; on /v1/completions this is exactly vLLM's definition.
+- ITL pools every gap between consecutive text chunks (vLLM: one sample per chunk). ITL per token divides
+  each gap among the tokens its chunk carries (continuous usage stats), or evenly when the engine did not
+  say (labelled `itl_per_token_split`).
+- Output tokens come from `usage.completion_tokens`; without usage, from the chunks (one per chunk),
+  counted in `tokens_from_chunks`."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+PERCENTILES = (90, 95, 99)
+METRICS = ("ttft", "tpot", "itl", "e2el", "itl_per_token")
+
+
+class Status:
+    OK = "ok"
+    HTTP = "http_error"  # the engine answered with an error status or an error object
+    CUT = "cut"  # the stream ended without [DONE]
+    TIMEOUT = "timeout"
+    CONNECT = "connect_error"
+    EMPTY = "empty"  # the stream finished without a single token
+
+
+@dataclass
+class RequestRecord:
+    index: int
+    sent: float  # when the request was sent, seconds since the level began
+    status: str = Status.OK
+    error: str | None = None
+    prompt_tokens: int | None = None
+    output_tokens: int = 0
+    tokens_from_usage: bool = False
+    ttft: float | None = None
+    e2el: float | None = None
+    gaps: list[float] = field(default_factory=list)  # between consecutive text chunks
+    chunk_tokens: list[int] | None = None  # tokens per text chunk, when usage came with every chunk
+
+    @property
+    def ok(self) -> bool:
+        return self.status == Status.OK
+
+    @property
+    def chunk_times(self) -> list[float]:
+        """Arrival of each text chunk, seconds since the level began."""
+        if self.ttft is None:
+            return []
+        times = [self.sent + self.ttft]
+        for g in self.gaps:
+            times.append(times[-1] + g)
+        return times
+
+    def to_row(self) -> dict[str, Any]:
+        return {
+            "i": self.index, "sent": round(self.sent, 6), "status": self.status, "error": self.error,
+            "in": self.prompt_tokens, "out": self.output_tokens, "usage": self.tokens_from_usage,
+            "ttft": self.ttft, "e2el": self.e2el, "gaps": [round(g, 6) for g in self.gaps],
+            "chunk_tokens": self.chunk_tokens,
+        }  # fmt: skip
+
+
+class StreamReader:
+    """Feeds one request's SSE `data:` payloads (with their arrival time) into a RequestRecord."""
+
+    def __init__(self, record: RequestRecord) -> None:
+        self.r = record
+        self.done = False
+        self._last: float | None = None  # arrival of the newest text chunk
+        self._chunks = 0
+        self._usage_seen = 0  # completion tokens reported so far (continuous usage stats)
+        self._per_chunk: list[int] = []
+        self._per_chunk_known = True
+
+    def feed(self, data: str, at: float) -> None:
+        """`at`: arrival, seconds since the level began."""
+        data = data.strip()
+        if data == "[DONE]":
+            self.done = True
+            return
+        try:
+            obj = json.loads(data)
+        except ValueError:
+            self._fail(Status.HTTP, f"not JSON: {data[:120]}")
+            return
+        if not isinstance(obj, dict):
+            return
+        if obj.get("error"):
+            err = obj["error"]
+            self._fail(Status.HTTP, str(err.get("message", err) if isinstance(err, dict) else err)[:300])
+            return
+        usage = obj.get("usage")
+        completion = usage.get("completion_tokens") if isinstance(usage, dict) else None
+        if isinstance(usage, dict) and usage.get("prompt_tokens") is not None:
+            self.r.prompt_tokens = int(usage["prompt_tokens"])
+        if any(_text(c) for c in obj.get("choices") or ()):
+            self._chunk(at, completion)
+        if completion is not None:
+            self.r.output_tokens, self.r.tokens_from_usage = int(completion), True
+            self._usage_seen = int(completion)
+
+    def _chunk(self, at: float, completion: int | None) -> None:
+        if self._last is None:
+            self.r.ttft = at - self.r.sent
+        else:
+            self.r.gaps.append(at - self._last)
+        self._last = at
+        self._chunks += 1
+        self.r.e2el = at - self.r.sent
+        if completion is None:
+            self._per_chunk_known = False
+        else:
+            self._per_chunk.append(int(completion) - self._usage_seen)
+
+    def _fail(self, status: str, error: str) -> None:
+        if self.r.status == Status.OK:
+            self.r.status, self.r.error = status, error
+
+    def finish(self, *, status: str | None = None, error: str | None = None) -> RequestRecord:
+        """The stream ended (or failed with `status`): settle the record."""
+        r = self.r
+        if status is not None:
+            self._fail(status, error or status)
+        elif r.status == Status.OK and not self.done:
+            self._fail(Status.CUT, f"stream ended without [DONE] after {self._chunks} chunk(s)")
+        if r.status == Status.OK and self._chunks == 0:
+            self._fail(Status.EMPTY, "the stream finished without generating a token")
+        if not r.tokens_from_usage:
+            r.output_tokens = self._chunks  # the labelled fallback: one token per chunk
+        if self._per_chunk_known and self._chunks and sum(self._per_chunk) == r.output_tokens:
+            r.chunk_tokens = self._per_chunk
+        return r
+
+
+def _text(choice: Any) -> bool:
+    if not isinstance(choice, dict):
+        return False
+    delta = choice.get("delta") or {}
+    return bool(choice.get("text") or delta.get("content") or delta.get("reasoning_content"))
+
+
+def percentile(values: list[float], p: float) -> float:
+    """numpy's default (linear interpolation between closest ranks), as vLLM's bench uses."""
+    s = sorted(values)
+    pos = (len(s) - 1) * p / 100.0
+    lo, hi = math.floor(pos), math.ceil(pos)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def stats(name: str, values_s: list[float]) -> dict[str, float | None]:
+    """mean/median/std/pXX of one metric in milliseconds (None when there are no samples)."""
+    keys = ["mean", "median", "std", *(f"p{p}" for p in PERCENTILES)]
+    if not values_s:
+        return {f"{k}_{name}_ms": None for k in keys}
+    ms = [v * 1000.0 for v in values_s]
+    mean = sum(ms) / len(ms)
+    out: dict[str, float | None] = {
+        f"mean_{name}_ms": mean,
+        f"median_{name}_ms": percentile(ms, 50),
+        f"std_{name}_ms": math.sqrt(sum((v - mean) ** 2 for v in ms) / len(ms)),  # numpy: ddof 0
+    }
+    out |= {f"p{p}_{name}_ms": percentile(ms, p) for p in PERCENTILES}
+    return out
+
+
+def itl_per_token(r: RequestRecord) -> tuple[list[float], bool]:
+    """Each gap divided among the tokens its chunk carries, one sample per token; (samples, split evenly)."""
+    if not r.gaps:
+        return [], False
+    if r.chunk_tokens is not None:
+        out: list[float] = []
+        for gap, k in zip(r.gaps, r.chunk_tokens[1:], strict=False):
+            if k > 0:
+                out += [gap / k] * k
+        return out, False
+    per_chunk = (r.output_tokens - 1) / len(r.gaps) if r.output_tokens > 1 else 1.0
+    return [g / max(per_chunk, 1e-9) for g in r.gaps], True
+
+
+def summarize(records: list[RequestRecord], duration: float) -> dict[str, Any]:
+    """One level's aggregates with `vllm bench serve`'s key names (and k25-ctl's extras)."""
+    done = [r for r in records if r.ok]
+    n_out = sum(r.output_tokens for r in done)
+    n_in = sum(r.prompt_tokens or 0 for r in done)
+    ttft = [r.ttft for r in done if r.ttft is not None]
+    e2el = [r.e2el for r in done if r.e2el is not None]
+    tpot = [
+        (r.e2el - r.ttft) / (r.output_tokens - 1)
+        for r in done
+        if r.output_tokens > 1 and r.e2el is not None and r.ttft is not None
+    ]
+    itl = [g for r in done for g in r.gaps]
+    per_token: list[float] = []
+    split = False
+    for r in done:
+        samples, evenly = itl_per_token(r)
+        per_token += samples
+        split = split or evenly
+    decode = [1.0 / t for t in tpot if t > 0]
+    failures = Counter(r.status for r in records if not r.ok)
+    out: dict[str, Any] = {
+        "duration": duration,
+        "completed": len(done),
+        "failed": len(records) - len(done),
+        "total_input_tokens": n_in,
+        "total_output_tokens": n_out,
+        "request_throughput": len(done) / duration if duration > 0 else 0.0,
+        "output_throughput": n_out / duration if duration > 0 else 0.0,
+        "total_token_throughput": (n_in + n_out) / duration if duration > 0 else 0.0,
+        "max_output_tokens_per_s": _max_tokens_per_s(done),
+    }
+    for name, values in (("ttft", ttft), ("tpot", tpot), ("itl", itl), ("e2el", e2el)):
+        out |= stats(name, values)
+    out |= stats("itl_per_token", per_token)
+    out["itl_per_token_split"] = split
+    out["mean_decode_tok_s"] = sum(decode) / len(decode) if decode else None  # one stream's decode speed
+    out["tokens_from_chunks"] = sum(1 for r in done if not r.tokens_from_usage)
+    out["failures"] = dict(failures)
+    out["errors"] = sorted({r.error for r in records if r.error})[:10]
+    return out
+
+
+def _max_tokens_per_s(done: list[RequestRecord]) -> float:
+    """The most output tokens that arrived within one wall-clock second (vLLM's max_output_tokens_per_s)."""
+    buckets: Counter[int] = Counter()
+    for r in done:
+        times = r.chunk_times
+        if not times:
+            continue
+        if r.chunk_tokens is not None and len(r.chunk_tokens) == len(times):
+            tokens: list[float] = [float(k) for k in r.chunk_tokens]
+        else:
+            tokens = [r.output_tokens / len(times)] * len(times)
+        for t, k in zip(times, tokens, strict=True):
+            buckets[int(t)] += k  # type: ignore[assignment]
+    return float(max(buckets.values())) if buckets else 0.0

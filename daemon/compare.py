@@ -1,0 +1,168 @@
+"""The comparison: per profile its latest benchmark of one spec (same prompts, same GPUs), its repeats'
+spread as the noise, and the speedup over the baseline with a verdict. Pure: the caller reads the rows."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+# With a single run per side there is no spread to measure: assume this much (and say so).
+ASSUMED_NOISE = 0.05
+NOISE_FLOOR = 0.01
+LATENCIES = ("ttft", "tpot", "itl", "itl_per_token", "e2el")
+PROVENANCE = ("engine", "engine_version", "model", "drafter", "profile_sha256", "gpu_names", "driver")
+
+
+@dataclass(frozen=True)
+class Measured:
+    """One finished benchmark, as compare needs it."""
+
+    run_id: int
+    profile: str
+    spec_hash: str
+    prompt_hash: str
+    gpu_key: str
+    experiment_run_id: int | None
+    levels: list[dict[str, Any]]  # summaries, in level order
+    provenance: dict[str, Any]
+
+
+@dataclass
+class Comparison:
+    baseline: str
+    spec_hash: str | None
+    prompt_hash: str | None
+    gpu_key: str | None
+    metric: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+def _mean(xs: list[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _cv(xs: list[float]) -> float | None:
+    """Relative sample spread of repeats (None with fewer than two)."""
+    if len(xs) < 2:
+        return None
+    m = sum(xs) / len(xs)
+    sd = math.sqrt(sum((x - m) ** 2 for x in xs) / (len(xs) - 1))
+    return sd / m if m else None
+
+
+def _group(latest: Measured, all_rows: list[Measured]) -> list[Measured]:
+    """The latest benchmark and its repeats (the same experiment's benchmarks of that profile)."""
+    if latest.experiment_run_id is None:
+        return [latest]
+    return [
+        m
+        for m in all_rows
+        if m.experiment_run_id == latest.experiment_run_id
+        and m.profile == latest.profile
+        and m.spec_hash == latest.spec_hash
+    ]
+
+
+def _row(profile: str, group: list[Measured]) -> dict[str, Any]:
+    first = [m.levels[0] for m in group if m.levels]
+    thr = [float(s["output_throughput"]) for s in first]
+    newest = group[0]
+    s0 = newest.levels[0] if newest.levels else {}
+
+    def avg(key: str) -> float | None:
+        return _mean([float(s[key]) for s in first if s.get(key) is not None])
+
+    row: dict[str, Any] = {
+        "profile": profile,
+        "run_ids": [m.run_id for m in group],
+        "repeats": len(group),
+        "output_throughput": _mean(thr),
+        "throughput_cv": _cv(thr),
+        "decode_tok_s": avg("mean_decode_tok_s"),
+        "acceptance_length": avg("acceptance_length"),
+        "acceptance_rate": avg("acceptance_rate"),
+        "normalized_rate": avg("normalized_rate"),
+        "other_traffic": any(s.get("other_traffic") for s in first),
+        "levels": [
+            {k: s.get(k) for k in ("max_concurrency", "request_rate", "output_throughput")}
+            for s in newest.levels
+        ],
+        "provenance": {k: newest.provenance.get(k) for k in PROVENANCE},
+    }
+    row["latency_ms"] = {
+        name: {stat: s0.get(f"{stat}_{name}_ms") for stat in ("mean", "median", "p99")} for name in LATENCIES
+    }
+    return row
+
+
+def compare(rows: list[Measured], *, baseline: str, spec_hash: str | None = None) -> Comparison:
+    """`rows`: finished benchmarks, newest first."""
+    if spec_hash is None:
+        ref = next((m for m in rows if m.profile == baseline), rows[0] if rows else None)
+    else:
+        ref = next((m for m in rows if m.spec_hash == spec_hash), None)
+    metric = "output throughput (tok/s) at the first load level"
+    if ref is None:
+        why = f"no benchmark with spec {spec_hash}" if spec_hash else "no benchmarks recorded yet"
+        return Comparison(baseline, spec_hash, None, None, metric, notes=[why])
+    out = Comparison(baseline, ref.spec_hash, ref.prompt_hash, ref.gpu_key, metric)
+    first = ref.levels[0] if ref.levels else {}
+    out.metric = f"output throughput (tok/s) at concurrency {first.get('max_concurrency') or '-'}" + (
+        f", {first['request_rate']} req/s" if first.get("request_rate") not in (None, "inf") else ""
+    )
+    latest: dict[str, Measured] = {}
+    skipped: set[str] = set()
+    for m in rows:
+        if m.profile in latest:
+            continue
+        like = m.spec_hash == ref.spec_hash and m.prompt_hash == ref.prompt_hash and m.gpu_key == ref.gpu_key
+        if like:
+            latest[m.profile] = m
+    for m in rows:  # say why a profile with benchmarks is left out
+        if m.profile not in latest and m.profile not in skipped:
+            skipped.add(m.profile)
+            what = (
+                "spec"
+                if m.spec_hash != ref.spec_hash
+                else "prompts"
+                if m.prompt_hash != ref.prompt_hash
+                else "GPUs"
+            )
+            out.notes.append(
+                f"{m.profile}: benchmarked with other {what} than run {ref.run_id}: not compared"
+            )
+    base_group = _group(latest[baseline], rows) if baseline in latest else None
+    base = _row(baseline, base_group) if base_group else None
+    if base is None:
+        out.notes.append(f"baseline {baseline!r} has no benchmark of this spec: no speedups")
+    for profile, m in sorted(latest.items(), key=lambda kv: (kv[0] != baseline, kv[0])):
+        row = _row(profile, _group(m, rows))
+        row |= _verdict(row, base)
+        out.rows.append(row)
+    if any(r["noise_assumed"] for r in out.rows if r.get("speedup") is not None):
+        out.notes.append(
+            f"single runs have no measured spread: noise assumed {ASSUMED_NOISE:.0%} (use repeats)"
+        )
+    return out
+
+
+def _verdict(row: dict[str, Any], base: dict[str, Any] | None) -> dict[str, Any]:
+    none = {"speedup": None, "noise": None, "noise_assumed": False, "verdict": None}
+    if base is None or not base.get("output_throughput") or row.get("output_throughput") is None:
+        return none
+    speedup = row["output_throughput"] / base["output_throughput"]
+    cvs = [c for c in (row["throughput_cv"], base["throughput_cv"]) if c is not None]
+    assumed = len(cvs) < 2 and row["profile"] != base["profile"]
+    # Two standard errors of the ratio, from both sides' repeats; assumed when a side has one run.
+    noise = ASSUMED_NOISE if assumed else max(NOISE_FLOOR, 2 * math.sqrt(sum(c * c for c in cvs)))
+    if row["profile"] == base["profile"]:
+        verdict = "baseline"
+    elif speedup > 1 + noise:
+        verdict = "faster"
+    elif speedup < 1 - noise:
+        verdict = "slower"
+    else:
+        verdict = "within noise"
+    return {"speedup": speedup, "noise": noise, "noise_assumed": assumed, "verdict": verdict}

@@ -1,0 +1,127 @@
+"""Benchmarks and experiments in the runs database: provenance, per-level summaries (vLLM's keys), the
+requests of each level as compressed JSON rows, and each experiment's steps."""
+
+from __future__ import annotations
+
+import json
+import zlib
+from dataclasses import dataclass
+from typing import Any
+
+from sqlmodel import col, select
+
+from daemon.store.models import Benchmark, BenchmarkLevel, Experiment, Run
+from daemon.store.queries import Store
+
+
+@dataclass(frozen=True)
+class LevelRow:
+    concurrency: int | None
+    request_rate: float | None
+    summary: dict[str, Any]
+    requests: list[dict[str, Any]]
+
+
+@dataclass(frozen=True)
+class BenchmarkView:
+    bench: Benchmark
+    run: Run
+    levels: list[BenchmarkLevel]
+
+
+def pack(rows: list[dict[str, Any]]) -> bytes:
+    return zlib.compress(json.dumps(rows, separators=(",", ":")).encode(), 6)
+
+
+def unpack(blob: bytes) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = json.loads(zlib.decompress(blob))
+    return rows
+
+
+class BenchStore:
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def save(self, bench: Benchmark, levels: list[LevelRow]) -> int:
+        """The benchmark and all its levels in one transaction."""
+        with self.store.session() as s:
+            s.add(bench)
+            s.flush()
+            for i, lv in enumerate(levels):
+                s.add(
+                    BenchmarkLevel(
+                        benchmark_id=bench.id or 0,
+                        position=i,
+                        concurrency=lv.concurrency,
+                        request_rate=lv.request_rate,
+                        summary=json.dumps(lv.summary),
+                        requests=pack(lv.requests),
+                    )
+                )
+            s.commit()
+            return bench.id or 0
+
+    def get(self, *, run_id: int) -> BenchmarkView | None:
+        with self.store.session() as s:
+            bench = s.exec(select(Benchmark).where(Benchmark.run_id == run_id)).first()
+            run = s.get(Run, run_id)
+            if bench is None or run is None:
+                return None
+            q = select(BenchmarkLevel).where(BenchmarkLevel.benchmark_id == bench.id)
+            levels = s.exec(q.order_by(col(BenchmarkLevel.position))).all()
+            return BenchmarkView(bench, run, list(levels))
+
+    def recent(
+        self,
+        *,
+        profile: str | None = None,
+        spec_hash: str | None = None,
+        experiment_run_id: int | None = None,
+        limit: int = 50,
+    ) -> list[BenchmarkView]:
+        """Newest first; with their levels (summaries only are read by callers)."""
+        with self.store.session() as s:
+            q = select(Benchmark, Run).where(Benchmark.run_id == Run.id)
+            if profile:
+                q = q.where(Benchmark.profile == profile)
+            if spec_hash:
+                q = q.where(Benchmark.spec_hash == spec_hash)
+            if experiment_run_id is not None:
+                q = q.where(Benchmark.experiment_run_id == experiment_run_id)
+            rows = s.exec(q.order_by(col(Benchmark.id).desc()).limit(limit)).all()
+            ids = [b.id for b, _ in rows]
+            levels = s.exec(
+                select(BenchmarkLevel)
+                .where(col(BenchmarkLevel.benchmark_id).in_(ids))
+                .order_by(col(BenchmarkLevel.position))
+            ).all()
+            by_bench: dict[int, list[BenchmarkLevel]] = {}
+            for lv in levels:
+                by_bench.setdefault(lv.benchmark_id, []).append(lv)
+            return [BenchmarkView(b, r, by_bench.get(b.id or 0, [])) for b, r in rows]
+
+    def create_experiment(self, *, run_id: int, request: dict[str, Any]) -> None:
+        with self.store.session() as s:
+            s.add(Experiment(run_id=run_id, request=json.dumps(request)))
+            s.commit()
+
+    def set_steps(self, *, run_id: int, steps: dict[str, Any]) -> None:
+        with self.store.session() as s:
+            exp = s.exec(select(Experiment).where(Experiment.run_id == run_id)).first()
+            if exp is None:
+                raise LookupError(f"no experiment run {run_id}")
+            exp.steps = json.dumps(steps)
+            s.add(exp)
+            s.commit()
+
+    def experiment(self, *, run_id: int) -> tuple[Experiment, Run] | None:
+        with self.store.session() as s:
+            exp = s.exec(select(Experiment).where(Experiment.run_id == run_id)).first()
+            run = s.get(Run, run_id)
+            return None if exp is None or run is None else (exp, run)
+
+    def experiments(self, *, limit: int = 50) -> list[tuple[Experiment, Run]]:
+        with self.store.session() as s:
+            q = select(Experiment, Run).where(Experiment.run_id == Run.id)
+            rows = s.exec(q.order_by(col(Experiment.id).desc()).limit(limit)).all()
+            return [(e, r) for e, r in rows]

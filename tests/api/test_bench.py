@@ -1,0 +1,124 @@
+"""Benchmarks and experiments through the API: a real SQLite, fake units, and the benchmark's requests
+served in-process by the fake vLLM (its real /metrics counters and /version)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tests.api.conftest import Env, wait_run
+
+SPEC = {"concurrency": [1, 2], "num_prompts": 4, "max_tokens": 16, "warmups": 1}
+
+
+async def _activate(env: Env, name: str) -> None:
+    r = await env.client.post(f"/profiles/{name}/activate", params={"wait": True}, headers=env.auth)
+    assert r.status_code in (200, 202), r.text
+
+
+async def _post(env: Env, path: str, body: Any) -> Any:
+    return await env.client.post(path, json=body, headers=env.auth)
+
+
+async def test_nothing_to_measure_while_idle(env: Env) -> None:
+    r = await _post(env, "/benchmarks", SPEC)
+    assert r.status_code == 409
+    assert "no profile serves" in r.json()["detail"]
+    assert (await env.client.get("/benchmarks")).json() == []
+    cmp = (await env.client.get("/compare")).json()
+    assert cmp["rows"] == []
+    assert cmp["notes"] == ["no benchmarks recorded yet"]
+
+
+async def test_bad_specs_are_refused_with_what_is_wrong(env: Env) -> None:
+    await _activate(env, "baseline")
+    for body, words in (
+        ({"dataset": "custom"}, "needs prompts"),
+        ({"prompts": ["hi"]}, "use dataset 'custom'"),
+        ({"concurrency": []}, "at least 1"),
+        ({"num_prompts": 0}, "greater than or equal to 1"),
+        ({"tokens": 5}, "Extra inputs are not permitted"),
+    ):
+        r = await _post(env, "/benchmarks", body)
+        assert r.status_code == 422, (body, r.text)
+        assert words in r.text, (body, r.text)
+    assert (await _post(env, "/benchmarks", SPEC | {"profile": "alpha"})).status_code == 409
+    r = await _post(env, "/experiments", {"profiles": ["nope"]})
+    assert r.status_code == 404
+    assert "nope" in r.json()["detail"]
+    r = await _post(env, "/experiments", {"profiles": ["alpha", "alpha"]})
+    assert r.status_code in (400, 422)
+    assert "twice" in r.json()["detail"]
+    assert (await env.client.post("/benchmarks", json=SPEC)).status_code == 401  # writes need the token
+    runs = (await env.client.get("/runs")).json()
+    assert not any(r["kind"] in ("benchmark", "experiment") for r in runs)  # nothing half-created
+
+
+async def test_a_benchmark_is_a_run_with_levels_provenance_and_an_export(env: Env) -> None:
+    await _activate(env, "baseline")
+    r = await _post(env, "/benchmarks", SPEC)
+    assert r.status_code == 202
+    run_id = r.json()["run_id"]
+    assert r.headers["Location"] == f"/benchmarks/{run_id}"
+    run = await wait_run(env, run_id)
+    assert (run["kind"], run["profile"], run["outcome"]) == ("benchmark", "baseline", "ok")
+    assert run["argv"]
+    assert run["profile_sha256"]
+    measuring = [e for e in run["events"] if e["phase"] == "measuring"]
+    assert any("warm-up" in e["detail"] for e in measuring)
+    assert any("4/4" in e["detail"] for e in measuring)
+    b = (await env.client.get(f"/benchmarks/{run_id}", params={"requests": True})).json()
+    assert b["provenance"]["engine_version"] == "0.0.0+fake"
+    assert b["provenance"]["serving_run_id"] == (await env.client.get("/status")).json()["serving_run_id"]
+    assert [lv["concurrency"] for lv in b["levels"]] == [1, 2]
+    s = b["levels"][0]["summary"]
+    assert (s["completed"], s["failed"], s["total_output_tokens"]) == (4, 0, 64)
+    # The counters moved exactly by the level's own requests: acceptance from them, no other traffic.
+    assert s["engine_generation_tokens"] == 64
+    assert s["other_traffic"] is False
+    assert s["acceptance_rate"] is not None
+    assert abs(s["acceptance_rate"] - 0.5) < 0.1
+    assert len(b["levels"][0]["requests"]) == 4
+    export = (await env.client.get(f"/benchmarks/{run_id}/export")).json()
+    assert export[0]["spec_decode_acceptance_rate"] == s["acceptance_rate"] * 100
+    assert {"duration", "completed", "request_throughput", "median_tpot_ms", "max_concurrency"} <= set(
+        export[0]
+    )
+    listed = (await env.client.get("/benchmarks", params={"profile": "baseline"})).json()
+    assert [x["run_id"] for x in listed] == [run_id]
+
+
+async def test_an_experiment_measures_each_profile_and_restores(env: Env) -> None:
+    await _activate(env, "baseline")
+    spec = {"concurrency": [1], "num_prompts": 2, "max_tokens": 8, "warmups": 0}
+    r = await _post(env, "/experiments", {"profiles": ["alpha", "beta"], "benchmark": spec, "repeats": 2})
+    assert r.status_code == 202
+    exp_id = r.json()["run_id"]
+    run = await wait_run(env, exp_id)
+    exp = (await env.client.get(f"/experiments/{exp_id}")).json()
+    assert run["outcome"] == "ok", exp
+    assert [s["profile"] for s in exp["steps"]] == ["alpha", "beta"]
+    assert all(s["outcomes"] == ["ok", "ok"] for s in exp["steps"])
+    assert exp["restore"] == {"profile": "baseline", "switch_run_id": exp["restore"]["switch_run_id"],
+                              "ok": True, "error": None}  # fmt: skip
+    st = (await env.client.get("/status")).json()
+    assert (st["state"], st["active_profile"], st["job"]) == ("active", "baseline", None)
+    switch = (await env.client.get(f"/runs/{exp['steps'][0]['switch_run_id']}")).json()
+    assert switch["parent_id"] == exp_id  # each step's switch is linked to the experiment
+    cmp = (await env.client.get("/compare", params={"baseline": "alpha"})).json()
+    rows = {x["profile"]: x for x in cmp["rows"]}
+    assert set(rows) == {"alpha", "beta"}
+    assert rows["beta"]["repeats"] == 2
+    assert rows["alpha"]["verdict"] == "baseline"
+    assert rows["beta"]["verdict"] == "within noise"  # the same fake engine: no difference
+    assert (await env.client.get("/experiments")).json()[0]["run_id"] == exp_id
+
+
+async def test_allow_names_every_method_of_a_path(env: Env) -> None:
+    # GET (reads) and POST (writes) of /benchmarks live in two routers; a 405 names both.
+    for path, allow in (
+        ("/benchmarks", "GET, POST"),
+        ("/experiments", "GET, POST"),
+        ("/profiles/reload", "POST"),
+    ):
+        r = await env.client.request("DELETE", path)
+        assert (r.status_code, r.headers["allow"]) == (405, allow)

@@ -1,0 +1,132 @@
+"""Benchmarks and experiments against fake engines in the sandbox, at the deployment's known rates:
+baseline 82.5 tok/s, vllm-eagle3 0.66x at 15% acceptance, sglang-eagle3 1.8x at accept length 2.8."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.sandboxing import Api
+
+SPEC = {"concurrency": [1], "num_prompts": 3, "max_tokens": 64, "warmups": 1}
+
+
+def _start(api: Api, path: str, body: dict[str, Any]) -> int:
+    r = api.client.post(path, json=body)
+    assert r.status_code == 202, r.text
+    assert r.headers["Location"].endswith(str(r.json()["run_id"]))
+    run_id: int = r.json()["run_id"]
+    return run_id
+
+
+def test_an_experiment_compares_the_three_profiles_and_restores(api: Api) -> None:
+    api.activate("baseline")
+    # crashy fails while loading: recorded, rolled back, and the experiment goes on.
+    body = {
+        "profiles": ["baseline", "vllm-eagle3", "crashy", "sglang-eagle3"],
+        "benchmark": SPEC,
+        "repeats": 2,
+    }
+    exp_id = _start(api, "/experiments", body)
+    run = api.wait_run(exp_id, within_s=240)
+    exp = api.client.get(f"/experiments/{exp_id}").json()
+    assert run["outcome"] == "ok", exp
+    steps = {s["profile"]: s for s in exp["steps"]}
+    assert steps["crashy"]["error"]
+    assert "failed" in steps["crashy"]["error"]
+    assert steps["crashy"]["benchmark_run_ids"] == []
+    for name in ("baseline", "vllm-eagle3", "sglang-eagle3"):
+        assert steps[name]["outcomes"] == ["ok", "ok"], steps[name]
+    assert exp["restore"]["ok"] is True
+    assert exp["restore"]["profile"] == "baseline"
+    st = api.status()
+    assert (st["state"], st["active_profile"], st["job"]) == ("active", "baseline", None)
+
+    cmp = api.client.get("/compare", params={"baseline": "baseline"}).json()
+    rows = {r["profile"]: r for r in cmp["rows"]}
+    print({n: (r["output_throughput"], r["speedup"], r["noise"], r["verdict"]) for n, r in rows.items()})
+    assert set(rows) == {"baseline", "vllm-eagle3", "sglang-eagle3"}
+    assert rows["baseline"]["verdict"] == "baseline"
+    assert rows["baseline"]["output_throughput"] == pytest.approx(82.5, rel=0.05)
+    assert rows["vllm-eagle3"]["speedup"] == pytest.approx(54.6 / 82.5, rel=0.05)
+    assert rows["sglang-eagle3"]["speedup"] == pytest.approx(1.8, rel=0.05)
+    assert rows["vllm-eagle3"]["acceptance_rate"] == pytest.approx(0.15, abs=0.005)
+    assert rows["sglang-eagle3"]["acceptance_length"] == pytest.approx(2.8, rel=0.02)
+    assert (rows["vllm-eagle3"]["verdict"], rows["sglang-eagle3"]["verdict"]) == ("slower", "faster")
+    assert rows["vllm-eagle3"]["repeats"] == 2
+    assert rows["vllm-eagle3"]["noise_assumed"] is False
+    assert not any(r["other_traffic"] for r in rows.values())
+
+    # Provenance: each number traces to its run, the serving run's argv and the engine's version.
+    bench = api.client.get(
+        f"/benchmarks/{rows['sglang-eagle3']['run_ids'][0]}", params={"requests": True}
+    ).json()
+    prov = bench["provenance"]
+    assert (prov["engine"], prov["engine_version"], prov["profile"]) == (
+        "sglang",
+        "0.0.0+fake",
+        "sglang-eagle3",
+    )
+    assert prov["drafter"].endswith("Kimi-K2.5-EAGLE3")
+    assert prov["gpu_names"][0] == "Simulated H200"
+    assert "--spec-tokens" in prov["argv"]
+    assert prov["profile_sha256"]
+    level = bench["levels"][0]
+    assert len(level["requests"]) == 3
+    assert all(r["status"] == "ok" for r in level["requests"])
+    assert level["summary"]["spec_decode_acceptance_length"] == pytest.approx(2.8, rel=0.02)
+    vllm_bench = api.client.get(f"/benchmarks/{rows['vllm-eagle3']['run_ids'][0]}/export").json()
+    assert vllm_bench[0]["spec_decode_acceptance_rate"] == pytest.approx(15.0, abs=0.5)  # vLLM: percent
+    for key in ("duration", "completed", "failed", "output_throughput", "mean_ttft_ms", "p99_itl_ms",
+                "spec_decode_num_drafts", "spec_decode_per_position_acceptance_rates"):  # fmt: skip
+        assert key in vllm_bench[0], key
+
+
+def test_cancel_stops_an_experiment_mid_benchmark_and_restores(api: Api) -> None:
+    api.activate("baseline")
+    body = {"profiles": ["vllm-eagle3"], "benchmark": SPEC | {"num_prompts": 50}, "repeats": 1}
+    exp_id = _start(api, "/experiments", body)
+    st = api.wait_until(
+        lambda: "benchmark run" in (api.status().get("job") or "") and api.status(), what="measuring"
+    )
+    # While it runs, operators' switches and other jobs wait with a clear answer.
+    busy = api.client.post("/profiles/sglang-eagle3/activate")
+    assert busy.status_code == 409
+    assert f"experiment run {exp_id}" in busy.json()["detail"]
+    assert api.client.post("/benchmarks", json=SPEC).status_code == 409
+    assert st["job_run_id"] == exp_id
+    assert api.client.post(f"/runs/{exp_id}/cancel").status_code == 202
+    run = api.wait_run(exp_id, within_s=120)
+    assert run["outcome"] == "cancelled"
+    exp = api.client.get(f"/experiments/{exp_id}").json()
+    (bid,) = exp["steps"][0]["benchmark_run_ids"]
+    bench = api.client.get(f"/benchmarks/{bid}").json()
+    assert bench["outcome"] == "cancelled"
+    assert exp["restore"]["ok"] is True
+    st = api.status()
+    assert (st["state"], st["active_profile"], st["job"]) == ("active", "baseline", None)
+
+
+def test_a_benchmark_of_the_active_profile(api: Api) -> None:
+    api.activate("vllm-eagle3")
+    refused = api.client.post("/benchmarks", json=SPEC | {"profile": "baseline"})
+    assert refused.status_code == 409
+    assert "not active" in refused.json()["detail"]
+    bad = api.client.post("/benchmarks", json=SPEC | {"concurrency": [0]})
+    assert bad.status_code == 422
+    run_id = _start(api, "/benchmarks", SPEC | {"concurrency": [1, 4], "num_prompts": 8, "endpoint": "chat"})
+    run = api.wait_run(run_id, within_s=120)
+    assert (run["kind"], run["profile"], run["outcome"]) == ("benchmark", "vllm-eagle3", "ok")
+    bench = api.client.get(f"/benchmarks/{run_id}").json()
+    one, four = (lv["summary"] for lv in bench["levels"])
+    assert (one["max_concurrency"], four["max_concurrency"]) == (1, 4)
+    # Four streams at once: four times the throughput of one (the fake engine serves each at its rate).
+    assert four["output_throughput"] / one["output_throughput"] == pytest.approx(4.0, rel=0.15)
+    assert one["mean_decode_tok_s"] == pytest.approx(54.6, rel=0.05)
+    assert one["tokens_from_chunks"] == 0
+    assert one["itl_per_token_split"] is False
+    # vLLM's ITL is per chunk (~ TPOT x acceptance length); per token it is TPOT again.
+    assert one["mean_itl_ms"] == pytest.approx(one["mean_tpot_ms"] * one["acceptance_length"], rel=0.1)
+    assert one["mean_itl_per_token_ms"] == pytest.approx(one["mean_tpot_ms"], rel=0.1)
+    api.activate("baseline")
