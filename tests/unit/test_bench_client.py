@@ -1,0 +1,116 @@
+"""The benchmark client over real sockets (a raw asyncio server in the test): every way a request can end
+is a record with its status, and Poisson arrivals follow their schedule."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+import pytest
+
+from daemon.bench.client import Request, new_client, run_level, send
+from daemon.bench.metrics import Status
+
+Handler = Callable[[asyncio.StreamWriter], Awaitable[None]]
+
+
+def _event(data: str) -> bytes:
+    body = f"data: {data}\n\n".encode()
+    return f"{len(body):x}\r\n".encode() + body + b"\r\n"
+
+
+def _chunk(text: str, n: int) -> str:
+    usage = {"prompt_tokens": 2, "completion_tokens": n, "total_tokens": n + 2}
+    return json.dumps({"choices": [{"index": 0, "text": text}], "usage": usage})
+
+
+async def _serve(handler: Handler) -> tuple[asyncio.Server, str]:
+    async def on_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length")
+        )
+        await reader.readexactly(length)
+        await handler(writer)
+        writer.close()
+
+    server = await asyncio.start_server(on_conn, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    return server, f"http://127.0.0.1:{port}/v1/completions"
+
+
+@pytest.fixture
+async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
+    servers: list[asyncio.Server] = []
+
+    async def start(handler: Handler) -> str:
+        server, url = await _serve(handler)
+        servers.append(server)
+        return url
+
+    yield start
+    for s in servers:
+        s.close()
+
+
+STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+
+
+async def test_a_whole_stream(serve: Callable[[Handler], Awaitable[str]]) -> None:
+    async def ok(w: asyncio.StreamWriter) -> None:
+        w.write(STREAM_HEAD + _event(_chunk("a", 1)))
+        await w.drain()
+        w.write(_event(_chunk("bc", 3)) + _event(json.dumps({"choices": [], "usage": {"prompt_tokens": 2,
+                "completion_tokens": 3}})) + _event("[DONE]") + b"0\r\n\r\n")  # fmt: skip
+        await w.drain()
+
+    url = await serve(ok)
+    async with new_client(5, 2) as client:
+        rec = await send(client, Request(url, {}), 0, 0.0, 5)
+    assert rec.status == Status.OK
+    assert (rec.output_tokens, rec.prompt_tokens, rec.chunk_tokens) == (3, 2, [1, 2])
+
+
+async def test_every_failure_is_a_record(serve: Callable[[Handler], Awaitable[str]]) -> None:
+    async def error(w: asyncio.StreamWriter) -> None:
+        w.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 4\r\n\r\nboom")
+        await w.drain()
+
+    async def cut(w: asyncio.StreamWriter) -> None:
+        w.write(STREAM_HEAD + _event(_chunk("a", 1)))
+        await w.drain()  # then the connection closes: the engine died mid-stream
+
+    async def stall(w: asyncio.StreamWriter) -> None:
+        w.write(STREAM_HEAD + _event(_chunk("a", 1)))
+        await w.drain()
+        await asyncio.Event().wait()  # a hung engine: never another token
+
+    urls = [await serve(h) for h in (error, cut, stall)]
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        refused = f"http://127.0.0.1:{s.getsockname()[1]}/v1/completions"
+    async with new_client(5, 4) as client:
+        recs = [await send(client, Request(u, {}), i, 0.0, 1.0) for i, u in enumerate([*urls, refused])]
+    assert [r.status for r in recs] == [Status.HTTP, Status.CUT, Status.TIMEOUT, Status.CONNECT]
+    assert recs[0].error == "HTTP 500: boom"
+    assert recs[2].ttft is not None  # what it got before it hung is kept
+
+
+async def test_poisson_arrivals_follow_their_schedule(serve: Callable[[Handler], Awaitable[str]]) -> None:
+    async def ok(w: asyncio.StreamWriter) -> None:
+        w.write(STREAM_HEAD + _event(_chunk("a", 1)) + _event("[DONE]") + b"0\r\n\r\n")
+        await w.drain()
+
+    url = await serve(ok)
+    async with new_client(5, 8) as client:
+        res = await run_level(
+            client, [Request(url, {})] * 20, concurrency=None, rate=40.0, timeout_s=5, seed=1
+        )
+    sent = [r.sent for r in res.records]
+    assert sent == sorted(sent)
+    assert sent[0] < 0.05
+    # 20 arrivals at 40/s: the schedule spans about half a second (seeded, so always the same draw).
+    assert 0.2 < sent[-1] < 1.2
+    assert all(r.status == Status.OK for r in res.records)
