@@ -3,10 +3,12 @@ baseline 82.5 tok/s, vllm-eagle3 0.66x at 15% acceptance, sglang-eagle3 1.8x at 
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
 
+from daemon.sandbox.sandbox import SandboxInfo
 from tests.sandboxing import Api
 
 SPEC = {"concurrency": [1], "num_prompts": 3, "max_tokens": 64, "warmups": 1}
@@ -130,3 +132,52 @@ def test_a_benchmark_of_the_active_profile(api: Api) -> None:
     assert one["mean_itl_ms"] == pytest.approx(one["mean_tpot_ms"] * one["acceptance_length"], rel=0.1)
     assert one["mean_itl_per_token_ms"] == pytest.approx(one["mean_tpot_ms"], rel=0.1)
     api.activate("baseline")
+
+
+def test_other_traffic_during_a_level_is_reported(api: Api, sandbox: SandboxInfo) -> None:
+    import threading
+
+    import httpx
+
+    api.activate("baseline")
+    run_id = _start(api, "/benchmarks", SPEC | {"num_prompts": 6, "warmups": 0})
+    api.wait_until(lambda: "requests" in (api.status().get("job") or ""), what="measuring")
+    # Someone else uses the engine while the level runs: two requests of 40 tokens straight to its port.
+    url = f"http://127.0.0.1:{sandbox.engine_ports['baseline']}/v1/completions"
+    body = {"model": "kimi-k2.5", "prompt": "hi", "max_tokens": 40}
+    threads = [
+        threading.Thread(target=httpx.post, args=(url,), kwargs={"json": body, "timeout": 30})
+        for _ in range(2)
+    ]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert api.wait_run(run_id)["outcome"] == "ok"
+    s = api.client.get(f"/benchmarks/{run_id}").json()["levels"][0]["summary"]
+    assert s["other_traffic"] is True
+    assert s["other_traffic_tokens"] == 80
+    assert s["engine_generation_tokens"] == s["total_output_tokens"] + 80
+
+
+def test_cli_bench_wait_and_compare(api: Api, sandbox: SandboxInfo) -> None:
+    from tests.system.test_api_cli import _cli
+
+    api.activate("baseline")
+    out = _cli(sandbox, "bench", "--requests", "3", "--max-tokens", "32", "--concurrency", "1,2", "--wait")
+    assert out.returncode == 0, out.stderr
+    assert "level 1/2: concurrency 1" in out.stdout
+    assert "(3/3)" in out.stdout
+    assert out.stdout.strip().splitlines()[-1].endswith(": ok")
+    busy = _cli(sandbox, "bench", "sglang-eagle3")
+    assert busy.returncode == 4
+    assert "not active" in busy.stderr
+    table = _cli(sandbox, "compare")
+    assert table.returncode == 0, table.stderr
+    assert table.stdout.splitlines()[1].split()[:3] == ["profile", "tok/s", "±%"]
+    assert any(
+        line.startswith("baseline ") and "baseline" in line.split()[3:5] for line in table.stdout.splitlines()
+    )
+    listed = json.loads(_cli(sandbox, "benchmarks", "--json").stdout)
+    export = json.loads(_cli(sandbox, "benchmark", str(listed[0]["run_id"]), "--export").stdout)
+    assert [lv["max_concurrency"] for lv in export] == [1, 2]
