@@ -153,6 +153,8 @@ class ServingWatch:
             serving.task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await serving.task
+        if serving.window is not None and outcome is Outcome.STOPPED:
+            await self._final_scrape(serving)  # the engine still serves: count up to this moment
         if serving.window is not None and (row := serving.window.row()) is not None:
             await asyncio.to_thread(self.store.add_row, row)
         served = time.monotonic() - serving.started
@@ -283,8 +285,13 @@ class ServingWatch:
         s = self.settings
         p, engine = serving.lp.profile, engine_for(serving.lp.profile)
         fails, last_gen, moved = 0, None, time.monotonic()
+        first = True
         while True:
-            await asyncio.sleep(s.watch_interval_s)  # the watch's period: liveness has no event to wait for
+            # The first scrape at once: the serving run's counters start where it starts. Then the watch's
+            # period (liveness has no event to wait for).
+            if not first:
+                await asyncio.sleep(s.watch_interval_s)
+            first = False
             code, bodies = await asyncio.gather(
                 self.engines.health(p, engine, timeout_s=s.health_timeout_s),
                 self.engines.scrape(p, engine, timeout_s=s.health_timeout_s),
@@ -308,6 +315,13 @@ class ServingWatch:
                         f"(generation counter at {gen:.0f})"
                     )
             await self._health(serving, evidence)
+
+    async def _final_scrape(self, serving: Serving) -> None:
+        p = serving.lp.profile
+        with contextlib.suppress(Exception):  # the engine may be going away: then the last row stands
+            bodies = await self.engines.scrape(p, engine_for(p), timeout_s=self.settings.health_timeout_s)
+            if bodies:
+                await self._record(serving, engine_for(p).snapshot(p, bodies), time.monotonic())
 
     async def _record(self, serving: Serving, snap: MetricsSnapshot, now: float) -> None:
         window = serving.window

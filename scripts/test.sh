@@ -3,6 +3,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
+# The realengine tier's venv and model, cached outside the repository (rebuilt only when missing or stale).
+K25_REALENGINE_DIR=$(bash scripts/realengine.sh | tail -1)
+export K25_REALENGINE_DIR
 .venv/bin/ruff check .
 .venv/bin/ruff format --check .
 .venv/bin/mypy --strict daemon tests

@@ -54,7 +54,12 @@ SHM_NAME = "psm_{token}"
 class VllmEngine(Engine):
     name = "vllm"
     process_titles = ("VLLM::*",)
-    front_end_titles = ("vllm serve *", "*vllm.entrypoints.openai.api_server*", "*vllm.entrypoints.cli.main*")
+    front_end_titles = (
+        "vllm serve *",
+        "*/vllm serve *",  # the console script under its interpreter: python3 /usr/local/bin/vllm serve
+        "*vllm.entrypoints.openai.api_server*",
+        "*vllm.entrypoints.cli.main*",
+    )
     shm_patterns = (*COMMON_SHM_PATTERNS, "vllm_offload_*.mmap", "VLLM_OBJECT_STORAGE_SHM_BUFFER*")
     ready_res = (
         re.compile(r"Application startup complete\."),

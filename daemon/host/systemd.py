@@ -87,14 +87,19 @@ class SdbusSystemd:
         self._bus = bus
         self._manager = ManagerInterface.new_proxy(SYSTEMD, MANAGER_PATH, bus)
         self._subscribed = False
+        self._subscribe_lock = asyncio.Lock()
 
     async def _ensure_subscribed(self) -> None:
-        # systemd only emits JobRemoved/PropertiesChanged to clients that called Subscribe().
-        if not self._subscribed:
+        # systemd only emits JobRemoved/PropertiesChanged to clients that called Subscribe(). Followers
+        # start together: one call, under a lock (a second Subscribe() answers AlreadySubscribed).
+        async with self._subscribe_lock:
+            if self._subscribed:
+                return
             try:
                 await self._manager.subscribe()
             except SdBusBaseError as e:
-                raise translate(e) from e
+                if "AlreadySubscribed" not in str(e.args[0] if e.args else e):
+                    raise translate(e) from e
             self._subscribed = True
 
     @asynccontextmanager

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import random
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable
 
@@ -109,8 +110,14 @@ async def test_poisson_arrivals_follow_their_schedule(serve: Callable[[Handler],
             client, [Request(url, {})] * 20, concurrency=None, rate=40.0, timeout_s=5, seed=1
         )
     sent = [r.sent for r in res.records]
-    assert sent == sorted(sent)
-    assert sent[0] < 0.05
-    # 20 arrivals at 40/s: the schedule spans about half a second (seeded, so always the same draw).
-    assert 0.2 < sent[-1] < 1.2
+    rng, at, schedule = random.Random(1), 0.0, []  # noqa: S311 - the same seeded draw as the client
+    for _ in range(20):
+        schedule.append(at)
+        at += rng.expovariate(40.0)
+    # Never before its arrival time (requests are held back, not sent in a burst); late only by the loop's
+    # wake-up, which does not shift later arrivals (the schedule is absolute).
+    assert all(s >= a - 1e-3 for s, a in zip(sent, schedule, strict=True)), list(
+        zip(sent, schedule, strict=True)
+    )
+    assert sent[-1] - schedule[-1] < 0.5
     assert all(r.status == Status.OK for r in res.records)

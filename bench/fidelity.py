@@ -1,0 +1,142 @@
+"""k25-ctl's benchmark against `vllm bench serve` on the same real engine (the realengine tier's CPU vLLM
+and tiny model): random prompts of a fixed input length, fixed output length with ignore_eos, temperature
+0, the same concurrency; the two tools alternate several times in one run. Prints each tool's output
+throughput, mean and median TTFT, TPOT and ITL, and the ratios k25-ctl / vLLM (target: within 3% on
+throughput and TPOT). Needs scripts/realengine.sh's cache. `python bench/fidelity.py [--rounds 3]`"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from daemon.bench.client import Request, new_client, run_level
+from daemon.bench.metrics import summarize
+from daemon.bench.prompts import base_prompts
+from daemon.bench.spec import BenchmarkSpec
+
+CACHE = Path(os.environ.get("K25_REALENGINE_DIR", "/var/cache/k25-ctl/realengine"))
+KEYS = ("output_throughput", "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "median_tpot_ms", "mean_itl_ms",
+        "median_itl_ms", "total_input_tokens", "total_output_tokens")  # fmt: skip
+ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+       "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(CACHE / "vllm-cache")}  # fmt: skip
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def vllm(*args: str) -> list[str]:
+    return [str(CACHE / "venv/bin/python"), str(CACHE / "vllm_launcher.py"), *args]
+
+
+@contextlib.contextmanager
+def server(port: int) -> Iterator[str]:
+    """A real vLLM of our own, in its own session: stopped with SIGTERM, then its whole group killed."""
+    cmd = vllm("serve", str(CACHE / "model"), "--host", "127.0.0.1", "--port", str(port), "--served-model-name",
+               "tiny", "--max-model-len", "1024")  # fmt: skip
+    log = Path(tempfile.mkstemp(prefix="fidelity-vllm-", suffix=".log")[1])
+    proc = subprocess.Popen(cmd, env=os.environ | ENV, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+                            start_new_session=True)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 400
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise SystemExit(f"vLLM exited {proc.returncode}; see {log}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(url + "/health", timeout=2).status_code == 200:
+                    break
+            time.sleep(0.5)
+        yield url
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+
+
+def k25(url: str, spec: BenchmarkSpec) -> dict[str, Any]:
+    bodies = [
+        {"model": "tiny", "prompt": p.text, "max_tokens": spec.max_tokens, "temperature": 0, "ignore_eos": True,
+         "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+        for p in base_prompts(spec)
+    ]  # fmt: skip
+
+    async def go() -> dict[str, Any]:
+        client = new_client(300, spec.concurrency[0])
+        res = await run_level(client, [Request(url + "/v1/completions", b) for b in bodies],
+                              concurrency=spec.concurrency[0], rate=None, timeout_s=300)  # fmt: skip
+        await client.aclose()
+        return summarize(res.records, res.duration)
+
+    return asyncio.run(go())
+
+
+def reference(url: str, spec: BenchmarkSpec, out: Path) -> dict[str, Any]:
+    cmd = vllm("bench", "serve", "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions",
+               "--model", "tiny", "--tokenizer", str(CACHE / "model"), "--dataset-name", "random",
+               "--random-input-len", str(spec.input_len), "--random-output-len", str(spec.max_tokens),
+               "--ignore-eos", "--num-prompts", str(spec.num_prompts), "--max-concurrency",
+               str(spec.concurrency[0]), "--temperature", "0", "--num-warmups", "0", "--save-result",
+               "--result-dir", str(out.parent), "--result-filename", out.name, "--percentile-metrics",
+               "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99", "--seed", str(int(time.time())))  # fmt: skip
+    r = subprocess.run(cmd, env=os.environ | ENV, capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        raise SystemExit(f"vllm bench serve failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
+    data: dict[str, Any] = json.loads(out.read_text())
+    return data
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--prompts", type=int, default=24)
+    ap.add_argument("--concurrency", type=int, default=4)
+    ap.add_argument("--input-len", type=int, default=64)
+    ap.add_argument("--output-len", type=int, default=64)
+    args = ap.parse_args()
+    spec = BenchmarkSpec.model_validate({"dataset": "random", "input_len": args.input_len,
+                                         "max_tokens": args.output_len, "num_prompts": args.prompts,
+                                         "concurrency": [args.concurrency]})  # fmt: skip
+    rows: dict[str, list[dict[str, Any]]] = {"k25-ctl": [], "vllm bench serve": []}
+    with tempfile.TemporaryDirectory() as tmp, server(free_port()) as url:
+        k25(url, spec.model_copy(update={"num_prompts": 4}))  # warm the engine once, for both
+        for i in range(args.rounds):
+            rows["k25-ctl"].append(k25(url, spec.model_copy(update={"seed": i})))
+            rows["vllm bench serve"].append(reference(url, spec, Path(tmp) / f"ref-{i}.json"))
+    print(
+        f"real vLLM (CPU, tiny model): {args.rounds} rounds alternating, {args.prompts} prompts, "
+        f"input ~{args.input_len}, output {args.output_len} (ignore_eos), concurrency {args.concurrency}"
+    )
+    print(f"{'metric':22} {'k25-ctl':>12} {'vllm bench':>12} {'ratio':>8}   per round (k25 / vllm)")
+    for key in KEYS:
+        a = [float(r[key]) for r in rows["k25-ctl"]]
+        b = [float(r[key]) for r in rows["vllm bench serve"]]
+        ma, mb = statistics.mean(a), statistics.mean(b)
+        rounds = ", ".join(f"{x:.2f}/{y:.2f}" for x, y in zip(a, b, strict=True))
+        print(f"{key:22} {ma:12.2f} {mb:12.2f} {ma / mb if mb else float('nan'):8.3f}   {rounds}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""The realengine tier: a real vLLM (the CPU build, a tiny local model) in its own sandbox. Its cache (venv
+and model) is prepared by scripts/realengine.sh, outside the repository; tests here fail (never skip) when
+it is missing, since CI prepares it."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from daemon.sandbox import sandbox as sbx
+from daemon.sandbox.layout import fake_engine_profile, free_port, make_models
+from tests.sandboxing import Api
+
+CACHE = Path(os.environ.get("K25_REALENGINE_DIR", "/var/cache/k25-ctl/realengine"))
+NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/realengine/" in str(item.fspath):
+            item.add_marker(pytest.mark.realengine)
+
+
+def real_profile(name: str, *, port: int, model: str, extra: tuple[str, ...] = (), kv_gib: int = 1) -> str:
+    """An ordinary profile whose command is the real server (vLLM's CLI from the cached venv)."""
+    command = [str(CACHE / "venv/bin/python"), str(CACHE / "vllm_launcher.py"), "serve", model, "--host",
+               "127.0.0.1", "--port", str(port), "--served-model-name", "tiny", "--max-model-len", "1024",
+               "--max-num-seqs", "8", *extra]  # fmt: skip
+    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+           "VLLM_CPU_KVCACHE_SPACE": str(kv_gib), "VLLM_CACHE_ROOT": str(CACHE / "vllm-cache")}  # fmt: skip
+    lines = [
+        f'description = "{name}: a real vLLM (CPU build, tiny model)"',
+        'engine = "vllm"',
+        f'model = "{model}"',
+        'served_model_name = "tiny"',
+        f"port = {port}",
+        "tensor_parallel_size = 1",
+        "gpus = [0]",
+        "load_timeout_s = 400",
+        "probe_timeout_s = 120",
+        f"command = {json.dumps(command)}",
+        "",
+        "[environment]",
+        *(f'{k} = "{v}"' for k, v in env.items()),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+@pytest.fixture(scope="session")
+def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[sbx.SandboxInfo, Api]]:
+    if not (CACHE / "recipe").exists():
+        pytest.fail(f"no realengine cache in {CACHE}: run scripts/realengine.sh (the test command does)")
+    if os.geteuid() != 0:
+        pytest.fail("the realengine tier needs root: it boots systemd in namespaces")
+    extra = tmp_path_factory.mktemp("real-profiles")
+    model = str(CACHE / "model")
+    files = {
+        "real-vllm": real_profile("real-vllm", port=free_port(), model=model),
+        "real-vllm-ngram": real_profile(
+            "real-vllm-ngram", port=free_port(), model=model,
+            extra=("--speculative-config", json.dumps(NGRAM, separators=(",", ":"))),
+        ),
+        "real-missing-model": real_profile("real-missing-model", port=free_port(), model="/srv/models/not-there"),
+        # More KV cache than the machine has: fails late, in the worker, after EngineCore and its shm exist.
+        "real-kv-too-big": real_profile("real-kv-too-big", port=free_port(), model=model, kv_gib=500),
+    }  # fmt: skip
+    for name, text in files.items():
+        (extra / f"{name}.toml").write_text(text)
+    models = tmp_path_factory.mktemp("models")
+    make_models(models)
+    # A fake profile whose port a hand-started real vLLM will take.
+    (extra / "port-target.toml").write_text(fake_engine_profile("port-target", flavor="vllm", port=free_port(),
+                                                                 models=models, load_seconds=1.0))  # fmt: skip
+    # The engine, not the daemon, finds the missing model path (a network mount may not be mounted yet).
+    info = sbx.up(profiles=extra, load_seconds=1.0, settings={"check_model_paths": "false"})
+    yield info, Api(info)
+    sbx.down(info)
+    assert sbx.leftovers(info) == []

@@ -1,0 +1,228 @@
+"""k25-ctl against a real vLLM server (CPU build, tiny local model) in the sandbox: switching, readiness
+that needs a real generation, teardown of every vLLM process and shm file, a SIGKILLed API server, a
+hand-started server on a profile's port, failures whose excerpt names the root cause, and acceptance from
+the engine's own counters."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from fnmatch import fnmatch
+from typing import Any
+
+import httpx
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from daemon.sandbox import sandbox as sbx
+from tests.realengine.conftest import CACHE
+from tests.sandboxing import Api, inside
+
+Real = tuple[sbx.SandboxInfo, Api]
+pytestmark = pytest.mark.timeout(1200)  # real starts: tens of seconds each on 2 cores
+VLLM_SHM = ("psm_*", "sem.mp-*")
+
+
+def look(info: sbx.SandboxInfo) -> dict[str, Any]:
+    r = inside(info, sys.executable, "-m", "tests.realengine.inspect_real", str(CACHE))
+    assert r.returncode == 0, r.stderr
+    out: dict[str, Any] = json.loads(r.stdout.strip().splitlines()[-1])
+    return out
+
+
+def engine_shm(names: list[str]) -> set[str]:
+    return {n for n in names if any(fnmatch(n, p) for p in VLLM_SHM)}
+
+
+def counters(info: sbx.SandboxInfo, profile: str) -> dict[str, float]:
+    """The engine's own counters, summed over label sets (per position kept apart)."""
+    port = info.engine_ports.get(profile) or _port(info, profile)
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=10).text
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            key = s.name + (f"[{s.labels['position']}]" if "position" in s.labels else "")
+            out[key] = out.get(key, 0.0) + s.value
+    return out
+
+
+def _port(info: sbx.SandboxInfo, profile: str) -> int:
+    api = Api(info)
+    p = api.client.get(f"/profiles/{profile}").json()
+    return int(p["port"])
+
+
+def activate(api: Api, name: str) -> Any:
+    """Switch and wait for the run's end (a cold real vLLM takes up to ~100 s on 2 cores)."""
+    accepted = api.activate(name, wait=False)
+    if accepted.get("run_id") is None:
+        return {"outcome": "active", "id": None, "error": None}  # already active
+    return api.wait_run(accepted["run_id"], within_s=500)
+
+
+def assert_clean(info: sbx.SandboxInfo, real_shm: set[str]) -> None:
+    seen = look(info)
+    assert seen["procs"] == [], seen["procs"]  # API server, EngineCore, workers, resource tracker: all gone
+    assert not (real_shm & set(seen["shm"])), seen["shm"]
+
+
+def test_switches_between_fake_and_real_engines(real: Real) -> None:
+    info, api = real
+    before = engine_shm(look(info)["shm"])
+    chain = ["baseline", "real-vllm-ngram", "baseline", "real-vllm"]
+    for name in chain:
+        run = activate(api, name)
+        assert (run["outcome"], api.status()["active_profile"]) == ("active", name), run.get("error")
+        if not name.startswith("real"):
+            continue
+        # Ready needed a real generation: the engine's own counters moved (the probe is its only client).
+        c = counters(info, name)
+        assert c["vllm:generation_tokens_total"] >= 1, c
+        assert c["vllm:request_success_total"] >= 1, c
+        seen = look(info)
+        titles = " | ".join(p["cmdline"] for p in seen["procs"])
+        assert "VLLM::EngineCore" in titles, titles
+        assert "serve" in titles, titles
+        real_shm = engine_shm(seen["shm"]) - before
+        if name == "real-vllm-ngram":
+            _benchmark_acceptance_is_the_counters(info, api, name)
+        nxt = activate(api, "baseline")
+        assert nxt["outcome"] == "active"
+        assert_clean(info, real_shm)
+
+
+def _benchmark_acceptance_is_the_counters(info: sbx.SandboxInfo, api: Api, name: str) -> None:
+    repetitive = " ".join(["the cat sat on the mat and the dog sat on the log."] * 12)
+    spec = {"concurrency": [1], "num_prompts": 4, "max_tokens": 48, "warmups": 0, "dataset": "custom",
+            "prompts": [repetitive], "salt": False}  # fmt: skip
+    c0 = counters(info, name)
+    r = api.client.post("/benchmarks", json=spec)
+    assert r.status_code == 202, r.text
+    run = api.wait_run(r.json()["run_id"], within_s=300)
+    assert run["outcome"] == "ok", run["error"]
+    c1 = counters(info, name)
+    d = {k: c1.get(k, 0.0) - c0.get(k, 0.0) for k in c1}
+    s = api.client.get(f"/benchmarks/{run['id']}").json()["levels"][0]["summary"]
+    drafts, draft_tokens = (
+        d["vllm:spec_decode_num_drafts_total"],
+        d["vllm:spec_decode_num_draft_tokens_total"],
+    )
+    accepted = d["vllm:spec_decode_num_accepted_tokens_total"]
+    assert drafts > 0, d
+    assert accepted > 0, d  # ngram on repetitive prompts: real acceptance
+    assert s["acceptance_rate"] == accepted / draft_tokens
+    assert s["acceptance_length"] == 1 + accepted / drafts
+    per_pos = [d[f"vllm:spec_decode_num_accepted_tokens_per_pos_total[{i}]"] / drafts for i in range(3)]
+    assert s["spec_decode_per_position_acceptance_rates"] == per_pos
+    assert s["engine_generation_tokens"] == d["vllm:generation_tokens_total"] == s["total_output_tokens"]
+    assert s["other_traffic"] is False
+    print(f"real ngram benchmark: rate {s['acceptance_rate']:.4f}, length {s['acceptance_length']:.4f}, "
+          f"per position {per_pos}, {s['output_throughput']:.1f} tok/s")  # fmt: skip
+    serving_id = api.status()["serving_run_id"]
+    nxt = activate(api, "baseline")  # ends the serving run: its one row holds the whole window
+    assert nxt["outcome"] == "active"
+    serving = api.run(serving_id)
+    print("serving run", {k: serving[k] for k in ("id", "outcome", "acceptance_length", "generation_tokens")},
+          api.client.get(f"/runs/{serving_id}/metrics").json())  # fmt: skip
+    assert serving["acceptance_length"] == pytest.approx(1 + accepted / drafts, rel=1e-12)
+    assert serving["generation_tokens"] == d["vllm:generation_tokens_total"]
+    activate(api, name)  # back, for the rest of the chain
+
+
+def _start_real(info: sbx.SandboxInfo, api: Api) -> tuple[int, set[str]]:
+    """real-vllm active from baseline: its serving run, and the shm files it made."""
+    activate(api, "baseline")
+    before = engine_shm(look(info)["shm"])
+    run = activate(api, "real-vllm")
+    assert run["outcome"] == "active", run["error"]
+    return api.status()["serving_run_id"], engine_shm(look(info)["shm"]) - before
+
+
+def _rolled_back(api: Api) -> Any:
+    api.wait_until(lambda: api.status()["state"] == "active" and api.status()["active_profile"] == "baseline",
+                   within_s=180, what="rolled back")  # fmt: skip
+    rb = next(r for r in api.client.get("/runs", params={"limit": 10}).json() if r["kind"] == "rollback")
+    return api.run(rb["id"])["teardowns"][0]["report"]
+
+
+def test_sigkilled_api_server_is_noticed_and_nothing_is_left(real: Real) -> None:
+    info, api = real
+    serving_id, real_shm = _start_real(info, api)
+    unit = "k25-engine@real-vllm.service"
+    pid = inside(info, "systemctl", "show", "-p", "MainPID", "--value", unit).stdout.strip()
+    assert inside(info, "kill", "-9", pid).returncode == 0  # the API server alone
+    serving = api.wait_run(serving_id, within_s=60)
+    assert serving["outcome"] == "crashed"
+    assert "exited on its own" in serving["error"], serving["error"]
+    # The unit's cgroup goes with its main process (KillMode=control-group): systemd stops the orphaned
+    # EngineCore itself; the rollback (on_failure) is the next switch, and it finds the GPUs clean.
+    report = _rolled_back(api)
+    print(f"after kill -9 of the API server: shm the engine made {sorted(real_shm)}; rollback teardown "
+          f"signalled {[p['title'] for p in report['processes']]}, removed {report['shm_removed']}")  # fmt: skip
+    assert_clean(info, real_shm)
+
+
+def test_kill_9_of_every_engine_process_leaks_shm_the_next_switch_removes(real: Real) -> None:
+    info, api = real
+    serving_id, real_shm = _start_real(info, api)
+    assert real_shm, "the real engine made no psm_/sem.mp- file"
+    # What the operators did by hand: kill -9 every process of the engine at once (its resource tracker
+    # too, so nobody unlinks the shared memory).
+    assert (
+        inside(info, "systemctl", "kill", "--signal=SIGKILL", "k25-engine@real-vllm.service").returncode == 0
+    )
+    assert api.wait_run(serving_id, within_s=60)["outcome"] == "crashed"
+    report = _rolled_back(api)  # on_failure: the rollback follows at once, and is the next switch
+    print(f"kill -9 of every engine process: the engine's shm {sorted(real_shm)}; the rollback's teardown "
+          f"removed {report['shm_removed']}")  # fmt: skip
+    assert real_shm <= set(report["shm_removed"])  # leaked by the kill, removed by k25-ctl
+    assert_clean(info, real_shm)
+
+
+def test_hand_started_server_on_a_profiles_port_is_a_victim(real: Real) -> None:
+    info, api = real
+    activate(api, "baseline")
+    port = _port(info, "port-target")
+    argv = [str(CACHE / "venv/bin/python"), str(CACHE / "vllm_launcher.py"), "serve", str(CACHE / "model"),
+            "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "tiny", "--max-model-len", "1024"]  # fmt: skip
+    env = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
+                        "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(CACHE / "vllm-cache")}  # fmt: skip
+    # Started by hand inside the sandbox (its PID namespace owns it), not by any unit.
+    hand = subprocess.Popen(info.inside(argv), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        api.wait_until(lambda: httpx.get(f"http://127.0.0.1:{port}/health", timeout=2).status_code == 200,
+                       within_s=300, what="hand-started vLLM up")  # fmt: skip
+        run = activate(api, "port-target")
+        assert run["outcome"] == "active", run["error"]
+        report = api.run(run["id"])["teardowns"][0]["report"]
+        reasons = " | ".join(f"{p['title']}: {'; '.join(p['reasons'])}" for p in report["processes"])
+        assert f"port {port}" in reasons, reasons
+        assert "VLLM::EngineCore" in reasons, reasons
+        assert look(info)["procs"] == []
+        # The fake engine of port-target serves on that port now, not the hand-started vLLM.
+        models = httpx.get(f"http://127.0.0.1:{port}/v1/models", timeout=5).json()
+        assert models["data"][0]["id"] == "kimi-k2.5"
+    finally:
+        hand.wait(timeout=60)
+    activate(api, "baseline")
+
+
+@pytest.mark.parametrize(
+    ("profile", "cause"),
+    [
+        ("real-missing-model", "/srv/models/not-there"),
+        ("real-kv-too-big", "less than requested memory for kv"),
+    ],
+)
+def test_failures_name_the_root_cause_and_roll_back(real: Real, profile: str, cause: str) -> None:
+    info, api = real
+    activate(api, "baseline")
+    run = activate(api, profile)
+    assert run["outcome"] == "failed"
+    assert cause in run["error"], run["error"]
+    print(f"{profile}: excerpt head:\n" + "\n".join(run["error"].splitlines()[:6]))
+    api.wait_until(lambda: api.status()["state"] == "active" and api.status()["active_profile"] == "baseline",
+                   within_s=120, what="rolled back")  # fmt: skip
+    assert look(info)["procs"] == []
