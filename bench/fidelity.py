@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 import json
 import os
+import random
 import signal
 import socket
 import statistics
@@ -54,7 +55,10 @@ def server(port: int) -> Iterator[str]:
     cmd = vllm("serve", str(CACHE / "model"), "--host", "127.0.0.1", "--port", str(port), "--served-model-name",
                "tiny", "--max-model-len", "1024")  # fmt: skip
     log = Path(tempfile.mkstemp(prefix="fidelity-vllm-", suffix=".log")[1])
-    proc = subprocess.Popen(cmd, env=os.environ | ENV, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    # The engine on core 0, both clients on core 1: on 2 cores a client competing with the engine for CPU
+    # would measure its own interference.
+    env = os.environ | ENV | {"VLLM_CPU_OMP_THREADS_BIND": "0"}
+    proc = subprocess.Popen(["taskset", "-c", "0", *cmd], env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
                             start_new_session=True)  # fmt: skip
     url = f"http://127.0.0.1:{port}"
     try:
@@ -76,11 +80,34 @@ def server(port: int) -> Iterator[str]:
             proc.wait(timeout=30)
 
 
+def prompts(url: str, n: int, length: int, seed: int) -> list[str]:
+    """Random token ids decoded by the engine itself (as `vllm bench serve`'s random dataset does), so both
+    tools send prompts of the same length in tokens."""
+    rng = random.Random(seed)  # noqa: S311 - reproducible prompts
+    vocab = len(json.loads((CACHE / "model/tokenizer.json").read_text())["model"]["vocab"])
+    out = []
+    for _ in range(n):
+        ids = [rng.randrange(4, vocab) for _ in range(length)]  # 0-3: the special tokens
+        text = httpx.post(url + "/detokenize", json={"model": "tiny", "tokens": ids}, timeout=30).json()[
+            "prompt"
+        ]
+        # Decoding then encoding again changes the count: cut to the length and decode once more (as vLLM).
+        again = httpx.post(url + "/tokenize", json={"model": "tiny", "prompt": text, "add_special_tokens": False},
+                           timeout=30).json()["tokens"][:length]  # fmt: skip
+        out.append(
+            httpx.post(url + "/detokenize", json={"model": "tiny", "tokens": again}, timeout=30).json()[
+                "prompt"
+            ]
+        )
+    return out
+
+
 def k25(url: str, spec: BenchmarkSpec) -> dict[str, Any]:
+    texts = spec.prompts or [p.text for p in base_prompts(spec)]
     bodies = [
-        {"model": "tiny", "prompt": p.text, "max_tokens": spec.max_tokens, "temperature": 0, "ignore_eos": True,
+        {"model": "tiny", "prompt": t, "max_tokens": spec.max_tokens, "temperature": 0, "ignore_eos": True,
          "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
-        for p in base_prompts(spec)
+        for t in texts
     ]  # fmt: skip
 
     async def go() -> dict[str, Any]:
@@ -88,7 +115,10 @@ def k25(url: str, spec: BenchmarkSpec) -> dict[str, Any]:
         res = await run_level(client, [Request(url + "/v1/completions", b) for b in bodies],
                               concurrency=spec.concurrency[0], rate=None, timeout_s=300)  # fmt: skip
         await client.aclose()
-        return summarize(res.records, res.duration)
+        summary = summarize(res.records, res.duration)
+        chunks = [k for r in res.records for k in (r.chunk_tokens or [])]
+        summary["multi_token_chunks_pct"] = 100.0 * sum(1 for k in chunks if k > 1) / max(1, len(chunks))
+        return summary
 
     return asyncio.run(go())
 
@@ -101,7 +131,8 @@ def reference(url: str, spec: BenchmarkSpec, out: Path) -> dict[str, Any]:
                str(spec.concurrency[0]), "--temperature", "0", "--num-warmups", "0", "--save-result",
                "--result-dir", str(out.parent), "--result-filename", out.name, "--percentile-metrics",
                "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99", "--seed", str(int(time.time())))  # fmt: skip
-    r = subprocess.run(cmd, env=os.environ | ENV, capture_output=True, text=True, timeout=900)
+    r = subprocess.run(["taskset", "-c", "1", *cmd], env=os.environ | ENV, capture_output=True, text=True,
+                       timeout=900)  # fmt: skip
     if r.returncode != 0:
         raise SystemExit(f"vllm bench serve failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
     data: dict[str, Any] = json.loads(out.read_text())
@@ -111,19 +142,21 @@ def reference(url: str, spec: BenchmarkSpec, out: Path) -> dict[str, Any]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--prompts", type=int, default=24)
+    ap.add_argument("--prompts", type=int, default=32)
     ap.add_argument("--concurrency", type=int, default=4)
     ap.add_argument("--input-len", type=int, default=64)
-    ap.add_argument("--output-len", type=int, default=64)
+    ap.add_argument("--output-len", type=int, default=256)
     args = ap.parse_args()
     spec = BenchmarkSpec.model_validate({"dataset": "random", "input_len": args.input_len,
                                          "max_tokens": args.output_len, "num_prompts": args.prompts,
                                          "concurrency": [args.concurrency]})  # fmt: skip
     rows: dict[str, list[dict[str, Any]]] = {"k25-ctl": [], "vllm bench serve": []}
     with tempfile.TemporaryDirectory() as tmp, server(free_port()) as url:
+        os.sched_setaffinity(0, {1})
         k25(url, spec.model_copy(update={"num_prompts": 4}))  # warm the engine once, for both
         for i in range(args.rounds):
-            rows["k25-ctl"].append(k25(url, spec.model_copy(update={"seed": i})))
+            texts = prompts(url, args.prompts, args.input_len, seed=1000 + i)
+            rows["k25-ctl"].append(k25(url, spec.model_copy(update={"dataset": "custom", "prompts": texts})))
             rows["vllm bench serve"].append(reference(url, spec, Path(tmp) / f"ref-{i}.json"))
     print(
         f"real vLLM (CPU, tiny model): {args.rounds} rounds alternating, {args.prompts} prompts, "
@@ -136,6 +169,12 @@ def main() -> None:
         ma, mb = statistics.mean(a), statistics.mean(b)
         rounds = ", ".join(f"{x:.2f}/{y:.2f}" for x, y in zip(a, b, strict=True))
         print(f"{key:22} {ma:12.2f} {mb:12.2f} {ma / mb if mb else float('nan'):8.3f}   {rounds}")
+    extra = ("mean_itl_per_token_ms", "multi_token_chunks_pct")
+    for key in extra:
+        values = [float(r[key]) for r in rows["k25-ctl"]]
+        print(
+            f"k25-ctl {key}: {statistics.mean(values):.2f} (per round {', '.join(f'{v:.2f}' for v in values)})"
+        )
 
 
 if __name__ == "__main__":

@@ -5,9 +5,10 @@ Pure: no I/O, no clock; times are seconds relative to the level's start.
 Decisions (documented in the README):
 - TTFT is the first chunk that carries generated text. SGLang's (and vLLM chat's) empty role chunk is not a
   token and is ignored; on /v1/completions this is exactly vLLM's definition.
-- ITL pools every gap between consecutive text chunks (vLLM: one sample per chunk). ITL per token divides
-  each gap among the tokens its chunk carries (continuous usage stats), or evenly when the engine did not
-  say (labelled `itl_per_token_split`).
+- ITL pools every gap between consecutive chunks after the first token, text or not (vLLM: one sample per
+  chunk with choices). ITL per token divides each gap among the tokens its chunk carries (continuous usage
+  stats; a chunk without a token passes its time on to the next), or evenly when the engine did not say
+  (labelled `itl_per_token_split`).
 - Output tokens come from `usage.completion_tokens`; without usage, from the chunks (one per chunk),
   counted in `tokens_from_chunks`."""
 
@@ -102,11 +103,14 @@ class StreamReader:
         completion = usage.get("completion_tokens") if isinstance(usage, dict) else None
         if isinstance(usage, dict) and usage.get("prompt_tokens") is not None:
             self.r.prompt_tokens = int(usage["prompt_tokens"])
-        if any(_text(c) for c in obj.get("choices") or ()):
+        choices = obj.get("choices") or ()
+        # The first token is the first chunk with text (not SGLang's empty role chunk); after it every chunk
+        # with choices is an ITL sample and moves E2EL, as vLLM counts (a token whose bytes do not complete
+        # a character yet comes as a chunk without text).
+        if any(_text(c) for c in choices) or (choices and self._last is not None):
             self._chunk(at, completion)
         if completion is not None:
             self.r.output_tokens, self.r.tokens_from_usage = int(completion), True
-            self._usage_seen = int(completion)
 
     def _chunk(self, at: float, completion: int | None) -> None:
         if self._last is None:
@@ -120,6 +124,7 @@ class StreamReader:
             self._per_chunk_known = False
         else:
             self._per_chunk.append(int(completion) - self._usage_seen)
+            self._usage_seen = int(completion)
 
     def _fail(self, status: str, error: str) -> None:
         if self.r.status == Status.OK:
@@ -136,8 +141,8 @@ class StreamReader:
             self._fail(Status.EMPTY, "the stream finished without generating a token")
         if not r.tokens_from_usage:
             r.output_tokens = self._chunks  # the labelled fallback: one token per chunk
-        if self._per_chunk_known and self._chunks and sum(self._per_chunk) == r.output_tokens:
-            r.chunk_tokens = self._per_chunk
+        if self._per_chunk_known and self._chunks and sum(self._per_chunk) <= r.output_tokens:
+            r.chunk_tokens = self._per_chunk  # a last token without text (EOS) may follow the last chunk
         return r
 
 
@@ -178,9 +183,12 @@ def itl_per_token(r: RequestRecord) -> tuple[list[float], bool]:
         return [], False
     if r.chunk_tokens is not None:
         out: list[float] = []
+        carry = 0.0  # the time of chunks that brought no token belongs to the next token
         for gap, k in zip(r.gaps, r.chunk_tokens[1:], strict=False):
+            carry += gap
             if k > 0:
-                out += [gap / k] * k
+                out += [carry / k] * k
+                carry = 0.0
         return out, False
     per_chunk = (r.output_tokens - 1) / len(r.gaps) if r.output_tokens > 1 else 1.0
     return [g / max(per_chunk, 1e-9) for g in r.gaps], True

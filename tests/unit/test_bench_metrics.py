@@ -147,3 +147,19 @@ def test_aggregates_over_requests() -> None:
     assert s["mean_decode_tok_s"] == pytest.approx(10.0)
     assert s["total_token_throughput"] == pytest.approx((30 + 33) / 4.0)
     assert s["request_throughput"] == pytest.approx(0.75)
+
+
+def test_a_chunk_without_text_after_the_first_token_is_an_itl_sample() -> None:
+    # A token whose bytes do not complete a character comes as a chunk with empty text: vLLM counts the gap;
+    # per token, its time goes to the token that completes the character.
+    def u(n: int) -> dict[str, int]:
+        return {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}
+
+    r = _play([(1.1, _completion("a", u(1))), (1.2, _completion("", u(2))), (1.3, _completion("é", u(3))),
+               (1.3, _usage(1, 3)), (1.3, "[DONE]")])  # fmt: skip
+    assert r.gaps == pytest.approx([0.1, 0.1])
+    assert r.chunk_tokens == [1, 1, 1]
+    s = summarize([r], duration=1.0)
+    assert s["mean_itl_ms"] == pytest.approx(100.0)
+    assert s["mean_itl_per_token_ms"] == pytest.approx(100.0)
+    assert s["mean_tpot_ms"] == pytest.approx(100.0)  # ITL and TPOT agree, as in vLLM's bench
