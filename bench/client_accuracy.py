@@ -15,27 +15,17 @@ import argparse
 import asyncio
 import contextlib
 import os
-import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.procs import free_port, serving
 from daemon.bench.client import Request, new_client, run_level
 from daemon.bench.metrics import summarize
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 @contextlib.contextmanager
@@ -52,20 +42,8 @@ def fake_engine(rate: float, spec_tokens: int = 0) -> Iterator[str]:
                "--shm-dir", str(shm), "--workers", "1"]  # fmt: skip
         if spec_tokens:
             cmd += ["--spec-tokens", str(spec_tokens), "--acceptance", "1.0"]
-        env = os.environ | {"CUDA_VISIBLE_DEVICES": "0"}
-        proc = subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-        url = f"http://127.0.0.1:{port}"
-        try:
-            deadline = time.monotonic() + 30
-            while time.monotonic() < deadline:
-                with contextlib.suppress(httpx.HTTPError):
-                    if httpx.get(url + "/health", timeout=1).status_code == 200:
-                        break
-                time.sleep(0.1)
+        with serving(cmd, port, env=os.environ | {"CUDA_VISIBLE_DEVICES": "0"}) as url:
             yield url
-        finally:
-            proc.send_signal(signal.SIGTERM)
-            proc.wait(timeout=15)
 
 
 @contextlib.contextmanager
@@ -79,19 +57,8 @@ def lean_streamer(rate: float, per_chunk: int) -> Iterator[str]:
         str(rate),
         str(per_chunk),
     ]
-    proc = subprocess.Popen(cmd)
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/health", timeout=1).status_code == 200:
-                    break
-            time.sleep(0.05)
+    with serving(cmd, port) as url:
         yield url
-    finally:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=15)
 
 
 def requests(url: str, n: int, max_tokens: int) -> list[Request]:

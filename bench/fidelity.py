@@ -12,8 +12,6 @@ import contextlib
 import json
 import os
 import random
-import signal
-import socket
 import statistics
 import subprocess
 import sys
@@ -27,6 +25,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from bench.procs import free_port, serving
 from daemon.bench.client import Request, new_client, run_level
 from daemon.bench.metrics import summarize
 from daemon.bench.prompts import base_prompts
@@ -37,12 +36,6 @@ KEYS = ("output_throughput", "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "
         "median_itl_ms", "total_input_tokens", "total_output_tokens")  # fmt: skip
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
        "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(CACHE / "vllm-cache")}  # fmt: skip
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def vllm(*args: str) -> list[str]:
@@ -58,26 +51,8 @@ def server(port: int) -> Iterator[str]:
     # The engine on core 0, both clients on core 1: on 2 cores a client competing with the engine for CPU
     # would measure its own interference.
     env = os.environ | ENV | {"VLLM_CPU_OMP_THREADS_BIND": "0"}
-    proc = subprocess.Popen(["taskset", "-c", "0", *cmd], env=env, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-                            start_new_session=True)  # fmt: skip
-    url = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.monotonic() + 400
-        while time.monotonic() < deadline:
-            if proc.poll() is not None:
-                raise SystemExit(f"vLLM exited {proc.returncode}; see {log}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(url + "/health", timeout=2).status_code == 200:
-                    break
-            time.sleep(0.5)
+    with serving(["taskset", "-c", "0", *cmd], port, env=env, within_s=400, log=log) as url:
         yield url
-    finally:
-        os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=30)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=30)
 
 
 def prompts(url: str, n: int, length: int, seed: int) -> list[str]:

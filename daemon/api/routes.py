@@ -186,15 +186,18 @@ async def teardown(c: Ctl) -> TeardownRunOut:
     return await c.run_teardown()
 
 
+def _located(out: AcceptedOut, response: Response, where: str) -> AcceptedOut:
+    response.headers["Location"] = f"{where}/{out.run_id}"
+    return out
+
+
 ACCEPTED: Responses = {202: {"model": AcceptedOut, "description": "started: its run id, Location names it"}}
 Limit = Annotated[int, Query(ge=1, le=1000)]
 
 
 @writes.post("/benchmarks", status_code=202, responses=ACCEPTED)
 async def start_benchmark(spec: BenchmarkSpec, c: Ctl, response: Response) -> AcceptedOut:
-    out = await c.bench.start(spec)
-    response.headers["Location"] = f"/benchmarks/{out.run_id}"
-    return out
+    return _located(await c.bench.start(spec), response, "/benchmarks")
 
 
 @router.get("/benchmarks")
@@ -215,9 +218,7 @@ async def export_benchmark(run_id: RunId, c: Ctl) -> list[dict[str, Any]]:
 
 @writes.post("/experiments", status_code=202, responses=ACCEPTED)
 async def start_experiment(req: ExperimentRequest, c: Ctl, response: Response) -> AcceptedOut:
-    out = await c.bench.start_experiment(req)
-    response.headers["Location"] = f"/experiments/{out.run_id}"
-    return out
+    return _located(await c.bench.start_experiment(req), response, "/experiments")
 
 
 @router.get("/experiments")
