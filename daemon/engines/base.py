@@ -132,6 +132,16 @@ def ratio(num: float | None, den: float | None) -> float | None:
     return num / den
 
 
+@dataclass(frozen=True)
+class StageRule:
+    """One load stage the engine reports in its log: a line with its duration (`secs` group), or the
+    begin/end lines of a stage it does not time itself (the journal's timestamps time it)."""
+
+    stage: str
+    pattern: re.Pattern[str]
+    mark: str = "took"  # took | begin | end
+
+
 class Engine(ABC):
     """What k25-ctl knows about one engine. Stateless; one instance per engine."""
 
@@ -145,6 +155,7 @@ class Engine(ABC):
     milestone_res: tuple[re.Pattern[str], ...] = ()
     error_res: tuple[re.Pattern[str], ...] = COMMON_ERROR_RES
     noise_res: tuple[re.Pattern[str], ...] = ()  # known harmless lines that match an error pattern
+    stage_rules: tuple[StageRule, ...] = ()  # where a load's time goes, as the engine prints it
 
     def argv(self, profile: Profile) -> list[str]:
         """The command line the unit execs: the profile's `command` verbatim, or the rendered one."""

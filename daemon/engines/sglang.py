@@ -12,6 +12,7 @@ from daemon.engines.base import (
     Engine,
     MetricsSnapshot,
     Readiness,
+    StageRule,
     UsageDelta,
     delta,
     mean,
@@ -70,6 +71,13 @@ class SglangEngine(Engine):
         re.compile(r"Load weight end\."),
         re.compile(r"Capture cuda graph begin"),
         re.compile(r"Uvicorn running on "),
+    )
+
+    # SGLang marks its weight loading with begin/end lines (timed by the journal) and times its graphs.
+    stage_rules = (
+        StageRule("weights", re.compile(r"Load weight begin\."), mark="begin"),
+        StageRule("weights", re.compile(r"Load weight end\."), mark="end"),
+        StageRule("graphs", re.compile(r"Capture cuda graph end\. Time elapsed: (?P<secs>[\d.]+) s")),
     )
 
     def render(self, profile: Profile) -> list[str]:

@@ -11,6 +11,7 @@ from daemon.engines.base import (
     Engine,
     MetricsSnapshot,
     Readiness,
+    StageRule,
     UsageDelta,
     delta,
     mean,
@@ -69,6 +70,19 @@ class VllmEngine(Engine):
         re.compile(r"Model loading took [\d.]+ GiB"),
         re.compile(r"Capturing CUDA graphs"),
         re.compile(r"Graph capturing finished in"),
+    )
+
+    # Durations vLLM prints (shared/ENGINES.md, a real 0.32 CPU log): "init engine" includes its compile
+    # and graph capture; the CPU build prints "Loading weights took", the GPU build also "Model loading".
+    stage_rules = (
+        StageRule("weights", re.compile(r"Loading weights took (?P<secs>[\d.]+) seconds")),
+        StageRule("model_load", re.compile(r"Model loading took [\d.]+ GiB and (?P<secs>[\d.]+) seconds")),
+        StageRule("compile", re.compile(r"torch\.compile takes (?P<secs>[\d.]+) s in total")),
+        StageRule("graphs", re.compile(r"Graph capturing finished in (?P<secs>[\d.]+) secs")),
+        StageRule(
+            "engine_init",
+            re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<secs>[\d.]+) s"),
+        ),
     )
 
     def render(self, profile: Profile) -> list[str]:
