@@ -51,6 +51,7 @@ class Benchmarks:
         self.profiles, self.bench_store, self.default_profile = profiles, bench_store, default_profile
         self.hub = recorder.hub
         self.store = recorder.store
+        self.warm: Callable[[str], Awaitable[int]] | None = None  # a warm run of a profile (page cache)
 
     def _free(self) -> None:
         self.jobs.check_free()
@@ -137,7 +138,8 @@ class Benchmarks:
                 step: dict[str, Any] = {"profile": name, "switch_run_id": None, "benchmark_run_ids": [],
                                         "outcomes": [], "error": None}  # fmt: skip
                 steps.append(step)
-                await self._step(run_id, f"{name} ({i + 1}/{len(req.profiles)})", req, step, record)
+                nxt = req.profiles[i + 1] if i + 1 < len(req.profiles) else None
+                await self._step(run_id, f"{name} ({i + 1}/{len(req.profiles)})", req, step, record, nxt)
         except asyncio.CancelledError:
             task = asyncio.current_task()
             if task is not None:
@@ -166,7 +168,13 @@ class Benchmarks:
         await asyncio.to_thread(self.bench_store.set_steps, run_id=run_id, steps=record)
 
     async def _step(
-        self, run_id: int, label: str, req: ExperimentRequest, step: dict[str, Any], record: dict[str, Any]
+        self,
+        run_id: int,
+        label: str,
+        req: ExperimentRequest,
+        step: dict[str, Any],
+        record: dict[str, Any],
+        nxt: str | None,
     ) -> None:
         name = step["profile"]
         say = self._sayer(run_id, f"experiment run {run_id}: {label}")
@@ -177,6 +185,13 @@ class Benchmarks:
         if step["error"]:
             await self.recorder.event(run_id, Phase.SWITCHING, f"{name}: {step['error']}; going on")
             return
+        if nxt is not None and self.warm is not None:
+            # The next profile's weights come into the page cache while this one is measured.
+            try:
+                warm_id = await self.warm(nxt)
+                await self.recorder.event(run_id, Phase.WARMING, f"warming {nxt} (run {warm_id}) meanwhile")
+            except K25Error as e:
+                await self.recorder.event(run_id, Phase.WARMING, f"not warming {nxt}: {e}")
         for rep in range(req.repeats):
             say(f"benchmark {rep + 1}/{req.repeats}")
             target = await self._target(name)

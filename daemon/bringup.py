@@ -16,6 +16,7 @@ from daemon.engines.base import Engine, LogEvent, LogKind, Readiness, ignore_pat
 from daemon.errors import K25Error
 from daemon.host.journal import JournalPort
 from daemon.host.systemd import SystemdPort, UnitState
+from daemon.load_stages import LoadStages
 from daemon.profiles import Profile
 from daemon.run_types import Phase
 
@@ -39,6 +40,7 @@ class BringUp:
     load_seconds: float | None = None
     last_percent: int | None = None
     probe: ProbeProgress = field(default_factory=ProbeProgress)
+    stages: dict[str, float] = field(default_factory=dict)  # load stages the engine printed
 
 
 class BringUpEvents(Protocol):
@@ -46,6 +48,7 @@ class BringUpEvents(Protocol):
 
     async def phase(self, phase: Phase, detail: str, *, load_seconds: float | None = None) -> None: ...
     async def progress(self, ev: LogEvent) -> None: ...
+    async def stage(self, stage: str, seconds: float) -> None: ...
 
 
 async def bring_up(
@@ -67,9 +70,13 @@ async def bring_up(
     began = time.monotonic()
 
     async with journal.follow(profile.unit) as records, systemd.watch(profile.unit) as states:
+        stages = LoadStages(engine)
+        seen.stages = stages.stages
 
         async def read_journal() -> None:
             async for rec in records:
+                if (stage := stages.feed(rec.message, rec.timestamp)) is not None:
+                    await events.stage(stage, stages.stages[stage])
                 ev = engine.classify_line(rec.message, ignore)
                 if ev is None:
                     continue

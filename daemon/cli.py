@@ -161,6 +161,9 @@ def _remote_commands(sub: Any) -> None:
         "--wait", action="store_true", help="follow the switch to its end (exit 0 active, 3 failed)"
     )
     p.add_argument("--force", action="store_true", help="even if PROFILE is already active")
+    p = add("warm", r.warm, "read PROFILE's weight files into the page cache")
+    p.add_argument("profile")
+    p.add_argument("--wait", action="store_true", help="follow it with a progress bar")
     p = add("restore", r.activate, "switch back to the default profile")
     p.add_argument("--wait", action="store_true")
     p = add("runs", r.runs, "recent runs")

@@ -46,8 +46,11 @@ def profiles(args: argparse.Namespace) -> int:
     for p in items:
         if p["valid"]:
             state = (p.get("unit_state") or {}).get("active_state", "?")
+            res = p.get("residency")
+            cached = f"{res['percent']:5.1f}% of {res['bytes'] / 2**30:.1f} GiB cached" if res else "cache ?"
             lines.append(
-                f"{p['name']:20} {p['engine']:7} {p['unit']:40} {state}"
+                f"{p['name']:20} {p['engine']:7} {p['unit']:40} {state:10} {cached}"
+                + (f" (warm {p['warm']})" if p.get("warm") not in (None, "off") else "")
                 + ("  (default)" if p["default"] else "")
             )
         else:
@@ -61,14 +64,15 @@ def _bar(percent: int, width: int = 30) -> str:
     return "[" + "#" * filled + "." * (width - filled) + f"] {percent:3d}%"
 
 
-def follow(c: Client, run_id: int, *, as_json: bool) -> int:
-    """Print the run's phases and load progress as they happen; the exit code from its outcome."""
+def follow(c: Client, run_id: int, *, as_json: bool, success: str = "active") -> int:
+    """Print the run's phases and progress (loading, warming) as they happen; the exit code from its
+    outcome."""
     for e in c.events(f"/runs/{run_id}/events"):
         if as_json:
             print(json.dumps(e, default=str), flush=True)
-        elif e["phase"] == "loading" and e.get("progress_percent") is not None:
+        elif e.get("progress_percent") is not None:
             print(
-                f"  loading {_bar(e['progress_percent'])} ({e['progress_done']}/{e['progress_total']})",
+                f"  {e['phase']} {_bar(e['progress_percent'])} ({e['progress_done']}/{e['progress_total']})",
                 flush=True,
             )
         else:
@@ -77,7 +81,17 @@ def follow(c: Client, run_id: int, *, as_json: bool) -> int:
     final = run["outcome"]
     if not as_json:
         print(f"run {run_id}: {final}" + (f"\n{run['error']}" if run.get("error") else ""))
-    return EXIT_OK if final == "active" else EXIT_FAILED
+    return EXIT_OK if final == success else EXIT_FAILED
+
+
+def _started(c: Client, args: argparse.Namespace, body: dict[str, Any], success: str) -> int:
+    run_id = body["run_id"]
+    if not args.wait:
+        emit(args, body, f"run {run_id} started (k25-ctl run {run_id}; k25-ctl cancel {run_id})")
+        return EXIT_OK
+    if not args.json:
+        print(f"run {run_id}:")
+    return follow(c, run_id, as_json=args.json, success=success)
 
 
 def activate(args: argparse.Namespace) -> int:
@@ -88,13 +102,13 @@ def activate(args: argparse.Namespace) -> int:
     if body.get("run_id") is None:
         emit(args, body, "already active: nothing to do")
         return EXIT_OK
-    run_id = body["run_id"]
-    if not args.wait:
-        emit(args, body, f"run {run_id} started (k25-ctl run {run_id}; k25-ctl cancel {run_id})")
-        return EXIT_OK
-    if not args.json:
-        print(f"run {run_id}:")
-    return follow(c, run_id, as_json=args.json)
+    return _started(c, args, body, "active")
+
+
+def warm(args: argparse.Namespace) -> int:
+    c = client(args)
+    _, body = c.post(f"/profiles/{args.profile}/warm")
+    return _started(c, args, body, "ok")
 
 
 def runs(args: argparse.Namespace) -> int:
@@ -111,6 +125,9 @@ def runs(args: argparse.Namespace) -> int:
 def run(args: argparse.Namespace) -> int:
     r = client(args).get(f"/runs/{args.run_id}")
     lines = [f"run {r['id']} {r['kind']} {r['profile']} (from {r['from_profile'] or '-'}): {r['outcome']}"]
+    if r.get("load_breakdown"):
+        parts = ", ".join(f"{b['stage']} {b['seconds']:.1f}s" for b in r["load_breakdown"])
+        lines.append(f"  load: {parts} (start -> HTTP up {r['load_seconds'] or 0:.1f}s)")
     lines += [f"  {e['at'][11:23]} {e['phase']:9} {e['detail'][:160]}" for e in r["events"]]
     if r.get("error"):
         lines.append(f"error:\n{r['error']}")

@@ -21,6 +21,7 @@ from daemon.api.schemas import (
     RunEventOut,
     RunMetricsOut,
     RunOut,
+    StageOut,
     StatusOut,
     TeardownPlanOut,
     TeardownRecordOut,
@@ -35,12 +36,14 @@ from daemon.exporter import render as render_metrics
 from daemon.hoststate import HostState, StateHub
 from daemon.inventory import Inventory
 from daemon.jobs import Jobs
+from daemon.load_stages import segments
 from daemon.reconcile import Reconciled
 from daemon.recorder import HostAfter, RunRecorder
 from daemon.run_types import FINAL_OUTCOMES, NewRun, Outcome, RunKind
 from daemon.store.queries import RunView, Store
 from daemon.switch import Switcher
 from daemon.teardown_exec import Teardown
+from daemon.warm_service import WarmService
 from daemon.watch import ServingWatch
 
 
@@ -56,9 +59,10 @@ class Controller:
         watch: ServingWatch,
         bench: BenchController,
         jobs: Jobs,
+        warms: WarmService,
     ) -> None:
         self.inventory, self.switcher, self.recorder, self.teardown = inventory, switcher, recorder, teardown
-        self.watch, self.bench, self.jobs = watch, bench, jobs
+        self.watch, self.bench, self.jobs, self.warms = watch, bench, jobs, warms
         self.store: Store = recorder.store
         self.hub: StateHub = recorder.hub
         self.default_profile = default_profile
@@ -86,7 +90,7 @@ class Controller:
         )
 
     async def profiles(self) -> list[ProfileOut]:
-        return self.inventory.profile_list(await self.inventory.unit_states())
+        return self.inventory.profile_list(await self.inventory.unit_states(), self.warms.residency())
 
     async def profile(self, name: str) -> ProfileOut:
         for p in await self.profiles():
@@ -108,11 +112,14 @@ class Controller:
             return await self.run(run_id)
         return AcceptedOut(run_id=run_id)
 
+    async def warm(self, name: str) -> AcceptedOut:
+        return AcceptedOut(run_id=await self.warms.start(name))
+
     async def restore(self, *, wait: bool) -> AcceptedOut | RunOut:
         return await self.activate(self.default_profile, force=False, wait=wait)
 
     async def cancel(self, run_id: int) -> CancelOut:
-        if not self.jobs.cancel(run_id):  # a benchmark or experiment, else a switch
+        if not self.jobs.cancel(run_id) and not self.warms.cancel(run_id):  # a job or a warm, else a switch
             await self.switcher.cancel(run_id)
         return CancelOut(run_id=run_id, cancelling=True)
 
@@ -192,6 +199,7 @@ class Controller:
 
 def run_out(view: RunView, *, details: bool) -> RunOut:
     r = view.run
+    stages: dict[str, float] | None = json.loads(r.load_stages) if r.load_stages else None
     return RunOut(
         id=r.id or 0,
         kind=r.kind,
@@ -213,6 +221,10 @@ def run_out(view: RunView, *, details: bool) -> RunOut:
         prompt_tokens=r.prompt_tokens,
         generation_tokens=r.generation_tokens,
         acceptance_length=r.acceptance_length,
+        load_stages=stages,
+        load_breakdown=[StageOut(stage=k, seconds=v) for k, v in segments(stages, r.load_seconds)]
+        if stages
+        else None,
         events=[RunEventOut.model_validate(e) for e in view.events] if details else None,
         teardowns=[
             TeardownRecordOut(id=t.id or 0, ok=t.ok, report=TeardownReportOut.model_validate_json(t.report))

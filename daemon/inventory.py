@@ -6,7 +6,7 @@ import asyncio
 import logging
 from collections.abc import Callable, Mapping
 
-from daemon.api.schemas import GpuOut, ProfileOut, UnitStateOut
+from daemon.api.schemas import GpuOut, ProfileOut, ResidencyOut, UnitStateOut
 from daemon.engines import engine_for
 from daemon.engines.checks import load_checked_profiles
 from daemon.errors import K25Error
@@ -14,6 +14,7 @@ from daemon.host.systemd import SystemdPort, UnitState
 from daemon.profiles import ProfileSet
 from daemon.sampler import HostSampler
 from daemon.settings import Settings
+from daemon.warming import Residency
 
 log = logging.getLogger("k25.profiles")
 
@@ -62,8 +63,11 @@ class Inventory:
         """The GPUs as the sampler last saw them, or none and why they cannot be read."""
         return [GpuOut.model_validate(g) for g in self.sampler.gpus], self.sampler.gpu_error
 
-    def profile_list(self, units: dict[str, UnitStateOut]) -> list[ProfileOut]:
+    def profile_list(
+        self, units: dict[str, UnitStateOut], residency: dict[str, Residency] | None = None
+    ) -> list[ProfileOut]:
         out: list[ProfileOut] = []
+        residency = residency or {}
         for n, lp in sorted(self.profiles.valid.items()):
             p = lp.profile
             out.append(
@@ -82,6 +86,8 @@ class Inventory:
                     sha256=lp.sha256,
                     unit_state=units.get(n),
                     default=n == self._settings.default_profile,
+                    warm=p.warm,
+                    residency=_residency(residency.get(n)),
                 )
             )
         out += [
@@ -89,3 +95,10 @@ class Inventory:
             for i in self.profiles.invalid
         ]
         return out
+
+
+def _residency(r: Residency | None) -> ResidencyOut | None:
+    if r is None:
+        return None
+    return ResidencyOut(files=r.files, bytes=r.bytes, resident=r.resident, percent=r.percent,
+                        scanned_at=r.scanned_at, scan_s=r.scan_s, missing=list(r.missing))  # fmt: skip

@@ -26,7 +26,7 @@ def write_launch(settings: Settings, lp: LoadedProfile, *, run_id: int, argv: li
     """Atomically, readable by root only (the environment may carry secrets)."""
     path = launch_file(settings, lp.profile.name)
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    env = engine_for(lp.profile).environment(lp.profile)
+    env = engine_for(lp.profile).environment(lp.profile, settings.engine_cache_dir)
     data = {"run_id": run_id, "profile_sha256": lp.sha256, "file": str(lp.file), "argv": argv, "env": env}
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -44,7 +44,7 @@ def _render(settings: Settings, name: str) -> tuple[list[str], dict[str, str]]:
     if isinstance(item, InvalidProfile):
         raise InvalidInput(str(item))
     engine = engine_for(item.profile)
-    return engine.argv(item.profile), engine.environment(item.profile)
+    return engine.argv(item.profile), engine.environment(item.profile, settings.engine_cache_dir)
 
 
 def resolve(settings: Settings, name: str) -> tuple[list[str], dict[str, str]]:

@@ -32,3 +32,24 @@ class LoadStages:
                 self.stages[rule.stage] = float(m["secs"])
             return rule.stage
         return None
+
+
+def segments(stages: dict[str, float], load_seconds: float | None) -> list[tuple[str, float]]:
+    """Disjoint pieces of the start -> HTTP up time, for a stacked bar: the weights (vLLM's model load when
+    printed: it includes them), compile and graphs, the rest of the engine's init (KV cache, warm-up), and
+    what no line accounts for. A page-cache warm before the start is its own piece, first."""
+    out: list[tuple[str, float]] = []
+    if "warm" in stages:
+        out.append(("warm", stages["warm"]))
+    load = stages.get("model_load", stages.get("weights"))
+    if load is not None:
+        out.append(("weights", load))
+    inner = [(k, stages[k]) for k in ("compile", "graphs") if k in stages]
+    out += inner
+    if (init := stages.get("engine_init")) is not None:
+        out.append(("kv_cache_warmup", max(0.0, init - sum(v for _, v in inner))))
+    if load_seconds is not None:
+        known = sum(v for k, v in out if k != "warm")
+        if load_seconds - known > 0.05:
+            out.append(("other", load_seconds - known))
+    return out

@@ -67,6 +67,9 @@ class Profile(BaseModel):
     # profile, rollback for others) or hangs (default: only alert).
     on_failure: Literal["restart", "rollback", "none"] | None = None
     on_hang: Literal["restart", "rollback", "none"] = "none"
+    # Page-cache warming of the weight files: on-switch (read them while the old engine stops, start the
+    # engine once they are in), always (keep them resident: re-warm when residency drops), off.
+    warm: Literal["off", "on-switch", "always"] = "off"
 
     @field_validator("name")
     @classmethod

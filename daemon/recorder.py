@@ -60,6 +60,7 @@ class RunRecorder:
         *,
         progress: Progress | None = None,
         load_seconds: float | None = None,
+        load_stages: dict[str, float] | None = None,
     ) -> None:
         stored = await asyncio.to_thread(
             self.store.add_event,
@@ -68,6 +69,7 @@ class RunRecorder:
             detail=detail,
             progress=progress,
             load_seconds=load_seconds,
+            load_stages=dict(load_stages) if load_stages is not None else None,
         )
         if self.hub.status.run_id == run_id:
             p = progress if phase is Phase.LOADING else None

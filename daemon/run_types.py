@@ -14,6 +14,7 @@ class RunKind(enum.StrEnum):
     EXTERNAL = "external"  # a managed unit changed by someone else (systemctl)
     BENCHMARK = "benchmark"  # load levels against the active profile
     EXPERIMENT = "experiment"  # switch, benchmark, next profile; then restore
+    WARM = "warm"  # a profile's weight files read into the page cache
 
 
 class Phase(enum.StrEnum):
@@ -30,6 +31,7 @@ class Phase(enum.StrEnum):
     MEASURING = "measuring"  # a benchmark level (warm-ups, then the measured requests)
     SWITCHING = "switching"  # an experiment waits for a switch it started
     RESTORING = "restoring"  # an experiment (or its cancel) brings the previous profile back
+    WARMING = "warming"  # weight files read into the page cache (a warm run, or a switch's own warm)
     # Final phases: a run that ended stays on the phase named for its outcome.
     ACTIVE = "active"
     FAILED = "failed"

@@ -90,6 +90,15 @@ class Settings(BaseSettings):
     metrics_row_s: float = Field(default=60.0, gt=0)  # one stored row per this many seconds of serving
     metrics_minute_retention_h: float = Field(default=48.0, gt=0)  # then compacted to hourly rows
     metrics_hour_retention_d: float = Field(default=90.0, gt=0)  # then deleted
+    # Engines' compile caches (vLLM's torch.compile cache, Triton, Inductor, FlashInfer): persistent, so a
+    # second start of a profile reuses them instead of compiling again.
+    engine_cache_dir: Path = Path("/var/cache/k25-ctl/engines")
+    # Page-cache warming: never past MemAvailable minus this reserve; parallel readers; read size.
+    warm_reserve_bytes: int = Field(default=8 * 1024**3, ge=0)
+    warm_workers: int = Field(default=4, ge=1, le=64)
+    warm_block_bytes: int = Field(default=16 * 1024**2, ge=4096)
+    residency_every_s: float = Field(default=60.0, gt=0)  # each profile's weight residency, refreshed
+    warm_always_below: float = Field(default=0.98, gt=0, le=1)  # warm = "always": re-warm under this share
 
     # Derived paths follow config_dir/state_dir unless set on their own.
     @property

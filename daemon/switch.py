@@ -8,15 +8,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Any, Protocol
 
 from daemon.bringup import BringUpFailed, bring_up
 from daemon.engine_client import EnginePort
 from daemon.engines import engine_for
-from daemon.engines.base import LogEvent, LogKind
+from daemon.engines.base import LogEvent
 from daemon.errors import Busy, InvalidInput, K25Error, NotFound, Refused
+from daemon.excerpt import journal_excerpt
 from daemon.host.journal import JournalPort
 from daemon.host.systemd import SystemdPort
 from daemon.hoststate import HostState
@@ -27,33 +28,12 @@ from daemon.store.queries import Store
 from daemon.teardown_exec import Teardown
 
 log = logging.getLogger("k25.switch")
-EXCERPT_LINES = 30
 
 
 class SwitchFailed(K25Error):
     def __init__(self, reason: str, excerpt: str = "", needs_reset: bool = False) -> None:
         super().__init__(reason)
         self.reason, self.excerpt, self.needs_reset = reason, excerpt, needs_reset
-
-
-def failure_excerpt(errors: list[str], tail: list[str], limit: int = EXCERPT_LINES) -> str:
-    """The matched error lines first (the root cause must survive), then as much of the tail as fits."""
-    kept = errors[-limit:]
-    room = limit - len(kept)
-    rest = [line for line in tail if line not in kept]
-    return "\n".join([*kept, *(rest[-room:] if room > 0 else [])])
-
-
-async def journal_excerpt(journal: JournalPort, profile: Profile, errors: list[str]) -> str:
-    """A failed engine's journal: its error lines first (those seen live, and those in the tail that the
-    live follower had not read yet when the unit died), then the tail."""
-    try:
-        tail = [r.message for r in await journal.tail(profile.unit, EXCERPT_LINES)]
-    except (OSError, K25Error):
-        tail = []
-    engine = engine_for(profile)
-    late = [t for t in tail if (ev := engine.classify_line(t)) is not None and ev.kind is LogKind.ERROR]
-    return failure_excerpt([*errors, *(t for t in late if t not in errors)], tail)
 
 
 @dataclass(frozen=True)
@@ -75,14 +55,24 @@ class ServingHooks(Protocol):
     async def end(self, outcome: Outcome, detail: str, *, host: HostAfter | None = None) -> int | None: ...
 
 
+WarmHook = Callable[[int, Profile, Callable[[str, float], Awaitable[None]]], Coroutine[Any, Any, None]]
+
+
 class _Events:
     """bring_up's steps, recorded as events of one run."""
 
-    def __init__(self, recorder: RunRecorder, run_id: int) -> None:
+    def __init__(self, recorder: RunRecorder, run_id: int, stages: dict[str, float] | None = None) -> None:
         self.recorder, self.run_id = recorder, run_id
+        self.stages = stages if stages is not None else {}  # a warm before the start comes in here
 
     async def phase(self, phase: Phase, detail: str, *, load_seconds: float | None = None) -> None:
         await self.recorder.event(self.run_id, phase, detail, load_seconds=load_seconds)
+
+    async def stage(self, stage: str, seconds: float) -> None:
+        self.stages[stage] = seconds
+        await self.recorder.event(
+            self.run_id, Phase.LOADING, f"load stage {stage}: {seconds:.1f}s", load_stages=self.stages
+        )
 
     async def progress(self, ev: LogEvent) -> None:
         p = Progress(ev.percent or 0, ev.done or 0, ev.total or 0)
@@ -118,6 +108,7 @@ class Switcher:
         self._admission = asyncio.Lock()
         self.serving = serving
         self.gate: Callable[[], str | None] = lambda: None  # the job in progress, if any
+        self.warm: WarmHook | None = None  # reads a profile's weights into the page cache
 
     @property
     def busy(self) -> bool:
@@ -328,11 +319,26 @@ class Switcher:
     async def _switch(self, run_id: int, lp: LoadedProfile, *, resume: bool = False) -> None:
         p = lp.profile
         engine = engine_for(p)
+        events = _Events(self.recorder, run_id)
         if not resume:
-            await self._stop_and_teardown(run_id, gpus=tuple(p.gpus), ports=(p.port,))
-            await asyncio.to_thread(self._write_launch, lp, run_id, engine.argv(p))
-            with contextlib.suppress(K25Error):
-                await self.ports.systemd.reset_failed(p.unit)  # a unit left failed earlier may start again
+            # A warm of the target's weights runs while the old engine stops; the start waits for it.
+            warming: asyncio.Task[None] | None = (
+                asyncio.create_task(self.warm(run_id, p, events.stage))
+                if self.warm is not None and p.warm != "off"
+                else None
+            )
+            try:
+                await self._stop_and_teardown(run_id, gpus=tuple(p.gpus), ports=(p.port,))
+                await asyncio.to_thread(self._write_launch, lp, run_id, engine.argv(p))
+                with contextlib.suppress(K25Error):
+                    await self.ports.systemd.reset_failed(
+                        p.unit
+                    )  # a unit left failed earlier may start again
+                if warming is not None:
+                    await warming
+            finally:
+                if warming is not None and not warming.done():
+                    warming.cancel()
         try:
             seen = await bring_up(
                 p,
@@ -340,7 +346,7 @@ class Switcher:
                 systemd=self.ports.systemd,
                 journal=self.ports.journal,
                 prober=self.ports.prober,
-                events=_Events(self.recorder, run_id),
+                events=events,
                 start=not resume,
             )
         except BringUpFailed as e:

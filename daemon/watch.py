@@ -20,6 +20,7 @@ from daemon.engine_client import EnginePort
 from daemon.engines import engine_for
 from daemon.engines.base import MetricsSnapshot, Readiness
 from daemon.errors import K25Error
+from daemon.excerpt import journal_excerpt
 from daemon.host.journal import JournalPort
 from daemon.host.systemd import SystemdPort, UnitState
 from daemon.hoststate import HostState
@@ -30,7 +31,6 @@ from daemon.run_types import NewRun, Outcome, Phase, RunKind
 from daemon.serving_metrics import MetricsWindow
 from daemon.settings import Settings
 from daemon.store.serving import ServingStore
-from daemon.switch import journal_excerpt
 
 log = logging.getLogger("k25.watch")
 LIVE_SAMPLES = 120  # per-interval samples kept in memory for the page's live chart

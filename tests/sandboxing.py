@@ -25,13 +25,34 @@ FAULT_PROFILES: dict[str, dict[str, Any]] = {
     "late-crash": {"flavor": "vllm", "faults": ("crash-after-ready",), "fault_after": 2},
     "late-hang": {"flavor": "sglang", "faults": ("hang-after-ready",), "fault_after": 1},
     "brittle": {"flavor": "vllm", "rate": 120.0, "settings": {"on_failure": '"none"'}},
+    # Real weight files read like a lazy mmap loader, warmed into the page cache during the switch.
+    "warmable": {"flavor": "vllm", "settings": {"warm": '"on-switch"'}, "weights": "warm-weights"},
 }
+WEIGHT_FILES, WEIGHT_FILE_MIB = 4, 16
+
+
+def make_weights(folder: Path) -> list[Path]:
+    """A model folder of real files (random bytes: nothing compresses or dedups them)."""
+    import os
+
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text('{"architectures": ["FakeForCausalLM"]}')
+    files = []
+    for i in range(WEIGHT_FILES):
+        f = folder / f"model-{i + 1:05d}-of-{WEIGHT_FILES:05d}.safetensors"
+        if not f.exists():
+            f.write_bytes(os.urandom(WEIGHT_FILE_MIB * 2**20))
+        files.append(f)
+    return files
 
 
 def write_fault_profiles(directory: Path, models: Path) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     make_models(models)
     for name, spec in FAULT_PROFILES.items():
+        if "weights" in spec:
+            make_weights(models / spec["weights"])
+            spec = spec | {"weights": models / spec["weights"]}
         text = fake_engine_profile(name, port=free_port(), models=models, **({"load_seconds": 1.0} | spec))
         (directory / f"{name}.toml").write_text(text)
 

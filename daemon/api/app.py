@@ -29,6 +29,7 @@ from daemon.errors import K25Error
 from daemon.host.gpu import GpuView
 from daemon.host.journal import JournalctlJournal, JournalPort
 from daemon.host.notify import sd_notify
+from daemon.host.pagecache import PageCache, mem_available
 from daemon.host.systemd import SdbusSystemd, SystemdPort, open_system_bus
 from daemon.hoststate import HostStatus, StateHub, describe
 from daemon.inventory import Inventory
@@ -42,6 +43,8 @@ from daemon.store.bench import BenchStore
 from daemon.store.queries import Store
 from daemon.switch import Switcher, SwitchPorts
 from daemon.teardown_exec import Teardown
+from daemon.warm_service import WarmService
+from daemon.warming import Warmer
 from daemon.watch import ServingWatch
 from daemon.wiring import build_gpus, build_teardown
 
@@ -165,6 +168,11 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
             serving=watch,
         )
         watch.policies.switcher = switcher
+        warmer = Warmer(PageCache(), mem_available=mem_available, reserve=settings.warm_reserve_bytes,
+                        workers=settings.warm_workers, block=settings.warm_block_bytes)  # fmt: skip
+        warms = WarmService(warmer, recorder, lambda: inventory.profiles, every_s=settings.residency_every_s,
+                            always_below=settings.warm_always_below)  # fmt: skip
+        switcher.warm = warms.before_start
         jobs = Jobs(recorder.hub)
         switcher.gate = jobs.busy_reason
         runner = BenchmarkRunner(
@@ -182,6 +190,7 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
             bench_store=runner.bench_store,
             default_profile=settings.default_profile,
         )
+        benchmarks.warm = warms.start
         controller = Controller(
             inventory=inventory,
             switcher=switcher,
@@ -191,6 +200,7 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
             watch=watch,
             bench=BenchController(benchmarks),
             jobs=jobs,
+            warms=warms,
         )
         controller.reconciled = await reconcile(
             profiles, systemd=host.systemd, recorder=recorder, serving=watch
@@ -201,6 +211,7 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
         inventory.sampler.maintenance = watch.retention
         watch.follow_units()
         await inventory.sampler.start()
+        warms.start_refresh()
         app.state.controller = controller
         hub = recorder.hub
         if store.recovered:
@@ -214,6 +225,7 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
         notifier.cancel()
         sd_notify("STOPPING=1\nSTATUS=stopping (engines keep running)")
         await watch.close()
+        await warms.close()
         await inventory.sampler.close()
         log.info("stopping; engine units keep running")
         await host.prober.aclose()

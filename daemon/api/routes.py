@@ -126,6 +126,12 @@ async def activate(
     return _accepted(await c.activate(name, force=force, wait=wait), response)
 
 
+@writes.post("/profiles/{name}/warm", status_code=202)
+async def warm(name: str, c: Ctl, response: Response) -> AcceptedOut:
+    """Read its weight files into the page cache: a run of kind `warm`, its events carry MiB and %."""
+    return _located(await c.warm(name), response, "/runs")
+
+
 @writes.post("/restore", status_code=202, responses=SWITCH)
 async def restore(c: Ctl, response: Response, wait: bool = False) -> AcceptedOut | RunOut:
     return _accepted(await c.restore(wait=wait), response)

@@ -159,6 +159,11 @@ class ProgressOut(Out):
     total: int | None
 
 
+class StageOut(Out):
+    stage: str  # warm | weights | compile | graphs | kv_cache_warmup | other
+    seconds: float
+
+
 class RunOut(Out):
     id: int
     kind: str
@@ -180,6 +185,8 @@ class RunOut(Out):
     prompt_tokens: float | None = None
     generation_tokens: float | None = None
     acceptance_length: float | None = None
+    load_stages: dict[str, float] | None = None  # as the engine printed them (absent: not printed)
+    load_breakdown: list[StageOut] | None = None  # disjoint pieces of the load, for a stacked bar
     events: list[RunEventOut] | None = None  # None in lists of runs
     teardowns: list[TeardownRecordOut] | None = None
 
@@ -237,6 +244,16 @@ class StatusOut(Out):
     job: str | None = None  # its progress, one line
 
 
+class ResidencyOut(Out):
+    files: int
+    bytes: int
+    resident: int  # bytes of the weight files in the page cache
+    percent: float
+    scanned_at: float
+    scan_s: float
+    missing: list[str] = []  # model/drafter paths that do not exist here
+
+
 class ProfileOut(Out):
     name: str
     valid: bool
@@ -253,6 +270,8 @@ class ProfileOut(Out):
     sha256: str | None = None
     unit_state: UnitStateOut | None = None
     default: bool = False
+    warm: str | None = None  # off | on-switch | always
+    residency: ResidencyOut | None = None  # the newest background scan (None before the first)
 
 
 class AcceptedOut(Out):

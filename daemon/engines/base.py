@@ -8,6 +8,7 @@ import re
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 # The safetensors loader's tqdm bar, printed by both engines' rank 0:
@@ -156,6 +157,7 @@ class Engine(ABC):
     error_res: tuple[re.Pattern[str], ...] = COMMON_ERROR_RES
     noise_res: tuple[re.Pattern[str], ...] = ()  # known harmless lines that match an error pattern
     stage_rules: tuple[StageRule, ...] = ()  # where a load's time goes, as the engine prints it
+    cache_env: tuple[tuple[str, str], ...] = ()  # (variable, folder under the cache root) of its caches
 
     def argv(self, profile: Profile) -> list[str]:
         """The command line the unit execs: the profile's `command` verbatim, or the rendered one."""
@@ -166,8 +168,12 @@ class Engine(ABC):
     @abstractmethod
     def render(self, profile: Profile) -> list[str]: ...
 
-    def environment(self, profile: Profile) -> dict[str, str]:
+    def environment(self, profile: Profile, cache_root: Path | None = None) -> dict[str, str]:
+        """The engine's environment: its GPUs, its compile caches under `cache_root` (persistent: the next
+        start reuses them), then the profile's own variables (which win)."""
         env = {"CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in profile.gpus)}
+        if cache_root is not None:
+            env |= {var: str(cache_root / sub) for var, sub in self.cache_env}
         env.update(profile.environment)
         return env
 

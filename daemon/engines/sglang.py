@@ -73,6 +73,12 @@ class SglangEngine(Engine):
         re.compile(r"Uvicorn running on "),
     )
 
+    # torch.compile (SGLang's docs: TORCHINDUCTOR_CACHE_DIR), Triton kernels, FlashInfer's JIT workspace.
+    cache_env = (
+        ("TORCHINDUCTOR_CACHE_DIR", "torchinductor"),
+        ("TRITON_CACHE_DIR", "triton"),
+        ("FLASHINFER_WORKSPACE_BASE", "flashinfer"),
+    )
     # SGLang marks its weight loading with begin/end lines (timed by the journal) and times its graphs.
     stage_rules = (
         StageRule("weights", re.compile(r"Load weight begin\."), mark="begin"),

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import mmap
 import os
 import signal
 import sys
@@ -20,6 +21,7 @@ import uvicorn
 from daemon.engines import base
 from daemon.engines import sglang as sg
 from daemon.engines import vllm as vl
+from daemon.host.pagecache import resident_bytes
 from daemon.sandbox.fake_http import FakeConfig, build_app
 from daemon.sandbox.fake_procs import WorkerSpec, log, shm_token, spawn, stop_workers
 from daemon.settings import load_settings
@@ -55,6 +57,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--device-dir", type=Path, help="where nvidiaN files live (default: from the daemon's settings)"
     )
     p.add_argument("--shm-dir", type=Path, default=Path("/dev/shm"))
+    p.add_argument(
+        "--weights", type=Path, help="read this folder's *.safetensors the way a lazy mmap loader does"
+    )
     p.add_argument("--fault", action="append", choices=FAULTS, default=[])
     p.add_argument(
         "--fault-after", type=int, default=3, help="*-after-ready: requests served first (probe incl.)"
@@ -102,29 +107,55 @@ def _start_workers(args: argparse.Namespace) -> list[int]:
     return pids
 
 
+def _read_weights(folder: Path, prefix: str) -> float:
+    """A lazy mmap loader: map each shard and touch every page (cold pages come from disk, warm ones from
+    the page cache). Logs the residency it found first; returns GiB read."""
+    shards = sorted(folder.glob("*.safetensors"))
+    found = [resident_bytes(f) for f in shards]
+    size, resident = sum(f.size for f in found), sum(f.resident for f in found)
+    log(
+        prefix
+        + f"weights resident at start: {100.0 * resident / max(size, 1):.1f}% of {size / 2**20:.0f} MiB"
+    )
+    for n, shard in enumerate(shards, 1):
+        with shard.open("rb") as f, mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) as m:
+            total = 0
+            for off in range(0, len(m), mmap.PAGESIZE):
+                total += m[off]
+        _progress(prefix, n, len(shards))
+    return size / 2**30
+
+
+def _progress(prefix: str, n: int, total: int) -> None:
+    line = base.LOAD_PROGRESS_LINE.format(
+        pct=100.0 * n / total, n=n, total=total, elapsed="00:01", left="00:01", rate="1.00it/s"
+    )
+    log(prefix + line)
+
+
 def _load(args: argparse.Namespace) -> None:
-    """The loading phase: progress bar lines over --load-seconds; no HTTP is served meanwhile."""
+    """The loading phase: progress bar lines over --load-seconds (or while reading --weights); no HTTP is
+    served meanwhile."""
     prefix = vl.LOG_PREFIX.format(role="Worker_TP0", pid=os.getpid()) if args.flavor == "vllm" else ""
     if args.flavor == "sglang":
         log(sg.LINE_LOAD_BEGIN.format(mem=139.5))
-    began = time.monotonic()
-    for n in range(args.shards + 1):
-        if n:
-            time.sleep(args.load_seconds / args.shards)  # simulated disk read of one shard
-        pct = 100.0 * n / args.shards
-        line = base.LOAD_PROGRESS_LINE.format(
-            pct=pct, n=n, total=args.shards, elapsed="00:01", left="00:01", rate="1.00it/s"
-        )
-        log(prefix + line)
-        if "crash-loading" in args.fault and n >= args.shards // 2:
-            log(prefix + "ERROR 11-30 07:34:02 [core.py:700] EngineCore failed to start.")
-            log("Traceback (most recent call last):")
-            log('  File "/opt/engine/model_loader.py", line 412, in load_weights')
-            log("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
-            raise SystemExit(1)
+    began, gib = time.monotonic(), 68.1234
+    if args.weights is not None:
+        gib = _read_weights(args.weights, prefix)
+    else:
+        for n in range(args.shards + 1):
+            if n:
+                time.sleep(args.load_seconds / args.shards)  # simulated disk read of one shard
+            _progress(prefix, n, args.shards)
+            if "crash-loading" in args.fault and n >= args.shards // 2:
+                log(prefix + "ERROR 11-30 07:34:02 [core.py:700] EngineCore failed to start.")
+                log("Traceback (most recent call last):")
+                log('  File "/opt/engine/model_loader.py", line 412, in load_weights')
+                log("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")
+                raise SystemExit(1)
     secs = time.monotonic() - began
     if args.flavor == "vllm":
-        log(prefix + vl.LINE_LOADED.format(gib=68.1234, secs=secs))
+        log(prefix + vl.LINE_LOADED.format(gib=gib, secs=secs))
         log(
             vl.LOG_PREFIX.format(role="APIServer", pid=os.getpid())
             + vl.LINE_SERVER.format(host=args.host, port=args.port)

@@ -62,6 +62,7 @@ def render_unit(text: str, config: Path) -> str:
     """A project unit with the sandbox's k25-ctl and config, and a short stop timeout for engines."""
     text = text.replace("/usr/local/bin/k25-ctl", " ".join(k25_command()))
     text = text.replace("TimeoutStopSec=30", f"TimeoutStopSec={ENGINE_STOP_TIMEOUT_S}")
+    text = text.replace("CacheDirectory=k25-ctl\n", "")  # the sandbox's caches stay in its own folder
     env = f"Environment=K25_CONFIG={config}\nEnvironment=PYTHONUNBUFFERED=1\nWorkingDirectory={REPO}\n"
     return text.replace("[Service]\n", "[Service]\n" + env, 1)
 
@@ -94,9 +95,11 @@ def fake_engine_profile(
     fault_after: int | None = None,
     probe_timeout_s: float = 10.0,
     settings: dict[str, str] | None = None,
+    weights: Path | None = None,
 ) -> str:
-    """A profile served by the fake engine (an ordinary profile: engine vllm or sglang plus `command`)."""
-    model = models / "Kimi-K2.5-INT4"
+    """A profile served by the fake engine (an ordinary profile: engine vllm or sglang plus `command`).
+    `weights`: the model folder, read by the engine as a lazy mmap loader does."""
+    model = weights or models / "Kimi-K2.5-INT4"
     command = [
         sys.executable,
         "-m",
@@ -116,6 +119,8 @@ def fake_engine_profile(
     ]
     if spec:
         command += ["--spec-tokens", str(int(spec["k"])), "--acceptance", str(spec["acceptance"])]
+    if weights is not None:
+        command += ["--weights", str(weights)]
     for fault in faults:
         command += ["--fault", fault]
     if fault_after is not None:
@@ -184,6 +189,7 @@ def write_tree(
     values = {
         "config_dir": json.dumps(str(etc)),
         "state_dir": json.dumps(str(state)),
+        "engine_cache_dir": json.dumps(str(root / "engine-cache")),
         "gpu_backend": '"simulated"',
         "gpu_device_glob": json.dumps(f"{dev}/nvidia*"),
         "sim_gpu_count": str(GPU_COUNT),

@@ -44,6 +44,7 @@ class Run(SQLModel, table=True):
     prompt_tokens: float | None = None
     generation_tokens: float | None = None
     acceptance_length: float | None = None  # mean over the run (bonus token included)
+    load_stages: str | None = None  # JSON {stage: seconds} as the engine printed them (and a warm before)
 
 
 class RunEvent(SQLModel, table=True):

@@ -102,9 +102,10 @@ class Store:
         detail: str = "",
         progress: Progress | None = None,
         load_seconds: float | None = None,
+        load_stages: dict[str, float] | None = None,
     ) -> int:
-        """One event and the run's current phase (its load progress, its load time once HTTP is up) in
-        one transaction; returns the event's id."""
+        """One event and the run's current phase (its load progress, its load time once HTTP is up, the
+        load stages seen so far) in one transaction; returns the event's id."""
         with self.session() as s:
             run = require_run(s, run_id)
             event = RunEvent(run_id=run_id, phase=phase, detail=detail)
@@ -114,6 +115,8 @@ class Store:
                 run.progress_total = progress.total
             if load_seconds is not None:
                 run.load_seconds = load_seconds
+            if load_stages is not None:
+                run.load_stages = json.dumps(load_stages)
             s.add_all([event, run])
             s.commit()
             return _id(event.id)

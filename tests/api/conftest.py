@@ -59,7 +59,12 @@ def make_settings(tmp_path: Path, **overrides: object) -> Settings:
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
     # A fast serving watch: the fakes answer at once.
     settings = make_settings(
-        tmp_path, watch_interval_s=0.05, stall_s=0.5, restart_backoff_s=0.0, metrics_row_s=0.3
+        tmp_path,
+        watch_interval_s=0.05,
+        stall_s=0.5,
+        restart_backoff_s=0.0,
+        metrics_row_s=0.3,
+        residency_every_s=0.2,
     )
     journal = FakeJournal()
     units = {

@@ -42,6 +42,9 @@ def test_an_experiment_compares_the_three_profiles_and_restores(api: Api) -> Non
         assert steps[name]["outcomes"] == ["ok", "ok"], steps[name]
     assert exp["restore"]["ok"] is True
     assert exp["restore"]["profile"] == "baseline"
+    # While one profile is measured, the next one's weights are read into the page cache.
+    events = [e["detail"] for e in api.run(exp_id)["events"] if e["phase"] == "warming"]
+    assert any(d.startswith("warming vllm-eagle3 (run ") for d in events), events
     st = api.status()
     assert (st["state"], st["active_profile"], st["job"]) == ("active", "baseline", None)
 

@@ -119,5 +119,5 @@ async def test_poisson_arrivals_follow_their_schedule(serve: Callable[[Handler],
     assert all(s >= a - 1e-3 for s, a in zip(sent, schedule, strict=True)), list(
         zip(sent, schedule, strict=True)
     )
-    assert sent[-1] - schedule[-1] < 0.5
+    assert sent[-1] - schedule[-1] < 2.0  # generous: a loaded 2-core machine wakes late
     assert all(r.status == Status.OK for r in res.records)

@@ -105,3 +105,17 @@ def test_environment_pins_the_profile_gpus() -> None:
                 environment={"VLLM_USE_V1": "1"})  # fmt: skip
     env = engine_for(p).environment(p)
     assert env == {"CUDA_VISIBLE_DEVICES": "2,3", "VLLM_USE_V1": "1"}
+
+
+def test_engine_caches_live_under_the_persistent_cache_root(stock_profiles: Path) -> None:
+    valid = _stock(stock_profiles)
+    base, sgl = valid["baseline"].profile, valid["sglang-eagle3"].profile
+    env = engine_for(base).environment(base, Path("/var/cache/k25-ctl/engines"))
+    assert env["VLLM_CACHE_ROOT"] == "/var/cache/k25-ctl/engines/vllm"
+    assert env["TORCHINDUCTOR_CACHE_DIR"] == "/var/cache/k25-ctl/engines/torchinductor"
+    assert env["CUDA_VISIBLE_DEVICES"] == "0,1,2,3,4,5,6,7"
+    assert "FLASHINFER_WORKSPACE_BASE" in engine_for(sgl).environment(sgl, Path("/c"))
+    # The profile's own variables win; without a cache root nothing is added.
+    mine = base.model_copy(update={"environment": {"VLLM_CACHE_ROOT": "/fast/nvme"}})
+    assert engine_for(mine).environment(mine, Path("/c"))["VLLM_CACHE_ROOT"] == "/fast/nvme"
+    assert "VLLM_CACHE_ROOT" not in engine_for(base).environment(base)

@@ -158,7 +158,7 @@ def test_probe_is_a_small_streamed_completion() -> None:
 
 
 def test_failure_excerpt_keeps_the_root_cause_before_the_tail() -> None:
-    from daemon.switch import failure_excerpt
+    from daemon.excerpt import failure_excerpt
 
     cause = "ValueError: Available memory on node 0 (0.5 GiB) is less than requested memory for kv (500 GiB)"
     tail = [f"noise {i}" for i in range(40)] + [cause, "RuntimeError: Engine core initialization failed."]

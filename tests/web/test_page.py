@@ -182,3 +182,32 @@ def test_page_shows_benchmark_charts_and_comparison(page: Any, api: Api, sandbox
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "web-benchmarks.png"), full_page=True)
     assert errors == []
+
+
+def test_page_shows_the_load_breakdown_and_residency(page: Any, api: Api, sandbox: SandboxInfo) -> None:
+    api.activate("baseline")
+    run = api.activate("warmable")  # warm = on-switch: warm, then weights read by the engine
+    assert run["outcome"] == "active", run["error"]
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.goto(sandbox.url + "/")
+    stack = page.locator(f".stack[data-run='{run['id']}']")
+    stack.wait_for(timeout=15000)
+    stages = stack.locator("div").evaluate_all(
+        "els => els.map(e => [e.dataset.stage, parseFloat(e.style.width)])"
+    )
+    assert [s for s, _ in stages][:2] == ["warm", "weights"], (stages, run.get("load_stages"))
+    assert sum(w for _, w in stages) == pytest.approx(100.0, abs=0.5)
+    # The residency bars: warmable's weights were just read in (the scan runs in the background).
+    warm = api.client.post("/profiles/warmable/warm").json()["run_id"]  # a warm run also refreshes its scan
+    assert api.wait_run(warm)["outcome"] == "ok"
+    page.reload()
+    page.wait_for_function(
+        "() => { const b = document.querySelector(\".bar.res[data-profile='warmable']\"); "
+        "return b && parseFloat(b.dataset.percent) === 100; }",
+        timeout=20000,
+    )
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(ARTIFACTS / "web-load-breakdown.png"), full_page=True)
+    assert errors == []
+    api.activate("baseline")

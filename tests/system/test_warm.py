@@ -1,0 +1,77 @@
+"""Page-cache warming in the sandbox, on real files: a warm run (progress, residency read back), and a
+switch to a `warm = "on-switch"` profile whose engine (a lazy mmap loader) then finds its weights resident."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from daemon.host.pagecache import evict, resident_bytes
+from daemon.sandbox.sandbox import SandboxInfo
+from tests.sandboxing import Api, inside
+
+
+def _weights(api: Api) -> list[Path]:
+    folder = Path(api.client.get("/profiles/warmable").json()["model"])
+    return sorted(folder.glob("*.safetensors"))
+
+
+def _cold(files: list[Path]) -> None:
+    for f in files:  # the test's own files: dropped from the page cache
+        evict(f)
+    assert sum(resident_bytes(f).resident for f in files) == 0
+
+
+def test_a_warm_run_reads_the_weights_into_the_page_cache(api: Api) -> None:
+    files = _weights(api)
+    _cold(files)
+    r = api.client.post("/profiles/warmable/warm")
+    assert r.status_code == 202, r.text
+    run = api.wait_run(r.json()["run_id"])
+    assert (run["kind"], run["profile"], run["outcome"]) == ("warm", "warmable", "ok"), run
+    assert all(resident_bytes(f).resident == f.stat().st_size for f in files)
+    progress = [e for e in run["events"] if e["phase"] == "warming" and "MiB" in e["detail"]]
+    assert progress
+    assert progress[-1]["detail"].startswith("64/64 MiB")
+    final = run["events"][-1]["detail"]
+    assert "read 64 MiB" in final, final
+    assert "residency 0% -> 100%" in final, final
+    profile = api.client.get("/profiles/warmable").json()
+    assert profile["warm"] == "on-switch"
+    assert profile["residency"]["files"] == len(files) + 1  # the shards and config.json
+    assert api.client.post("/profiles/nope/warm").status_code == 404
+
+
+def test_an_on_switch_warm_lets_the_engine_read_from_the_cache(api: Api, sandbox: SandboxInfo) -> None:
+    api.activate("baseline")
+    files = _weights(api)
+    _cold(files)
+    run = api.activate("warmable")
+    assert run["outcome"] == "active", run["error"]
+    phases = [(e["phase"], e["detail"]) for e in run["events"]]
+    warm_done = next(
+        i for i, (ph, d) in enumerate(phases) if ph == "loading" and d.startswith("load stage warm")
+    )
+    start = next(i for i, (ph, _) in enumerate(phases) if ph == "start")
+    assert warm_done < start, phases  # the engine started once its weights were in
+    assert any(ph == "warming" and "residency 0% -> 100%" in d for ph, d in phases), phases
+    assert set(run["load_stages"]) >= {"warm", "model_load"}
+    assert [b["stage"] for b in run["load_breakdown"]][:2] == ["warm", "weights"]
+    # The engine itself (mincore on its shards as it starts) found them all resident.
+    inside(sandbox, "journalctl", "--sync")
+    journal = inside(sandbox, "journalctl", "--no-pager", "-o", "cat", "-t", "k25-engine-warmable").stdout
+    assert journal.strip().splitlines()
+    assert "weights resident at start: 100.0% of 64 MiB" in journal
+    api.activate("baseline")
+
+
+def test_cli_warm_and_profiles(api: Api, sandbox: SandboxInfo) -> None:
+    from tests.system.test_api_cli import _cli
+
+    _cold(_weights(api))
+    out = _cli(sandbox, "warm", "warmable", "--wait")
+    assert out.returncode == 0, out.stderr
+    assert "warming [" in out.stdout
+    assert out.stdout.strip().splitlines()[-1].endswith(": ok")
+    listing = _cli(sandbox, "profiles").stdout
+    line = next(x for x in listing.splitlines() if x.startswith("warmable "))
+    assert "100.0% of 0.1 GiB cached (warm on-switch)" in line, line

@@ -1,0 +1,100 @@
+"""Residency and warming on real files (evicted, warmed, read back), the memory guard, the breakdown."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import threading
+from pathlib import Path
+
+import pytest
+
+from daemon.host.pagecache import PageCache, evict, resident_bytes
+from daemon.load_stages import segments
+from daemon.profiles import Profile
+from daemon.warming import Warmer
+
+MIB = 2**20
+
+
+def _model(tmp_path: Path, sizes_mib: list[int]) -> tuple[Profile, list[Path]]:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    files = []
+    for i, size in enumerate(sizes_mib):
+        f = folder / f"model-{i}.safetensors"
+        f.write_bytes(os.urandom(size * MIB))
+        files.append(f)
+    (folder / "config.json").write_text("{}")
+    (folder / "notes.md").write_text("not a weight file")
+    profile = Profile.model_validate({"name": "p", "engine": "vllm", "model": str(folder), "port": 9,
+                                      "gpus": [0], "tensor_parallel_size": 1})  # fmt: skip
+    for f in files:
+        evict(f)
+    return profile, files
+
+
+def _warmer(mem: int, reserve: int = 0) -> Warmer:
+    return Warmer(PageCache(), mem_available=lambda: mem, reserve=reserve, workers=2, block=1 * MIB)
+
+
+async def test_residency_then_a_warm_then_residency_again(tmp_path: Path) -> None:
+    profile, files = _model(tmp_path, [8, 4])
+    warmer = _warmer(mem=1 << 40)
+    before = await asyncio.to_thread(warmer.scan, profile)
+    assert (before.files, before.bytes) == (3, 12 * MIB + 2)  # the shards and config.json, not notes.md
+    assert before.resident <= 2 * 4096  # evicted (config.json may stay)
+    seen: list[tuple[int, int]] = []
+
+    async def progress(done: int, total: int) -> None:
+        seen.append((done, total))
+
+    result = await warmer.warm(profile, idle_io=True, progress=progress, stop=threading.Event())
+    assert result.read == 12 * MIB
+    assert not result.skipped
+    assert not result.stopped
+    assert result.after is not None
+    assert result.after.percent == 100.0
+    assert all(resident_bytes(f).resident == f.stat().st_size for f in files)
+    assert seen[-1] == (12 * MIB, 12 * MIB)
+    assert len(seen) >= 3
+    assert warmer.latest["p"].percent == 100.0  # what GET /profiles shows
+    assert "residency 0% -> 100%" in result.describe()
+
+
+async def test_the_memory_guard_leaves_out_what_does_not_fit(tmp_path: Path) -> None:
+    profile, files = _model(tmp_path, [6, 2])
+    # 5 MiB available beyond the reserve: the 6 MiB shard does not fit, the 2 MiB one does.
+    result = await _warmer(mem=105 * MIB, reserve=100 * MIB).warm(
+        profile, idle_io=False, progress=lambda d, t: asyncio.sleep(0), stop=threading.Event()
+    )
+    assert result.read == 2 * MIB
+    assert result.skipped == ["model-0.safetensors"]
+    assert resident_bytes(files[0]).resident == 0  # never forced in
+    assert "did not fit in memory" in result.describe()
+
+
+async def test_a_stopped_warm_stops(tmp_path: Path) -> None:
+    profile, _ = _model(tmp_path, [16])
+    stop = threading.Event()
+    stop.set()
+    result = await _warmer(mem=1 << 40).warm(
+        profile, idle_io=False, progress=lambda d, t: asyncio.sleep(0), stop=stop
+    )
+    assert result.stopped
+    assert result.read == 0
+
+
+def test_breakdown_segments() -> None:
+    stages = {
+        "warm": 3.0,
+        "weights": 10.0,
+        "model_load": 12.0,
+        "compile": 5.0,
+        "graphs": 4.0,
+        "engine_init": 20.0,
+    }
+    got = segments(stages, 40.0)
+    assert [k for k, _ in got] == ["warm", "weights", "compile", "graphs", "kv_cache_warmup", "other"]
+    assert [v for _, v in got] == pytest.approx([3.0, 12.0, 5.0, 4.0, 11.0, 8.0])
+    assert segments({"weights": 1.0}, None) == [("weights", 1.0)]
