@@ -77,6 +77,11 @@ def test_switches_between_fake_and_real_engines(real: Real) -> None:
         assert (run["outcome"], api.status()["active_profile"]) == ("active", name), run.get("error")
         if not name.startswith("real"):
             continue
+        # The load breakdown from the real engine's journal: the CPU build prints its weights and its
+        # engine init (no CUDA graphs: absent, not guessed).
+        stages = api.run(run["id"])["load_stages"]
+        assert {"weights", "engine_init"} <= set(stages), stages
+        assert "graphs" not in stages
         # Ready needed a real generation: the engine's own counters moved (the probe is its only client).
         c = counters(info, name)
         assert c["vllm:generation_tokens_total"] >= 1, c

@@ -56,7 +56,8 @@ async def serve() -> AsyncIterator[Callable[[Handler], Awaitable[str]]]:
         s.close()
 
 
-STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\n\r\n"
+# One request per connection: it says so, so the client never reuses a connection the server closes.
+STREAM_HEAD = b"HTTP/1.1 200 OK\r\ncontent-type: text/event-stream\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
 
 
 async def test_a_whole_stream(serve: Callable[[Handler], Awaitable[str]]) -> None:
@@ -76,7 +77,7 @@ async def test_a_whole_stream(serve: Callable[[Handler], Awaitable[str]]) -> Non
 
 async def test_every_failure_is_a_record(serve: Callable[[Handler], Awaitable[str]]) -> None:
     async def error(w: asyncio.StreamWriter) -> None:
-        w.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 4\r\n\r\nboom")
+        w.write(b"HTTP/1.1 500 Internal Server Error\r\ncontent-length: 4\r\nconnection: close\r\n\r\nboom")
         await w.drain()
 
     async def cut(w: asyncio.StreamWriter) -> None:

@@ -98,3 +98,22 @@ def test_breakdown_segments() -> None:
     assert [k for k, _ in got] == ["warm", "weights", "compile", "graphs", "kv_cache_warmup", "other"]
     assert [v for _, v in got] == pytest.approx([3.0, 12.0, 5.0, 4.0, 11.0, 8.0])
     assert segments({"weights": 1.0}, None) == [("weights", 1.0)]
+
+
+def test_cachestat_and_mincore_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from daemon.host import pagecache
+
+    f = tmp_path / "w.safetensors"
+    f.write_bytes(os.urandom(3 * MIB))
+
+    def both() -> tuple[int, int]:
+        fast = resident_bytes(f).resident
+        with monkeypatch.context() as m:
+            m.setattr(pagecache, "_cachestat_works", False)  # an older kernel: mincore
+            slow = resident_bytes(f).resident
+        return fast, slow
+
+    evict(f)
+    assert both() == (0, 0)
+    f.read_bytes()  # all of it in (stable states only: readahead may still be adding pages otherwise)
+    assert both() == (3 * MIB, 3 * MIB)
