@@ -6,6 +6,7 @@ import asyncio
 import os
 import threading
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -117,3 +118,61 @@ def test_cachestat_and_mincore_agree(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert both() == (0, 0)
     f.read_bytes()  # all of it in (stable states only: readahead may still be adding pages otherwise)
     assert both() == (3 * MIB, 3 * MIB)
+
+
+class _SlowCache:
+    """A page cache whose reads go on until they are stopped (a huge checkpoint on a slow disk)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self.reading = threading.Event()
+        self.stopped = threading.Event()
+
+    def files(self, roots: object) -> list[Path]:
+        return [self.root / "model-0.safetensors"]
+
+    def residency(self, path: Path) -> Any:
+        from daemon.host.pagecache import FileResidency
+
+        return FileResidency(str(path), 1 << 30, 0)
+
+    def read_into_cache(
+        self, path: Path, *, block: int, idle_io: bool, progress: Any, stop: threading.Event
+    ) -> int:
+        self.reading.set()
+        done = 0
+        while not stop.wait(0.01):  # a block at a time, until told to stop
+            progress(block)
+            done += block
+        self.stopped.set()
+        return done
+
+
+async def test_a_warm_run_is_cancelled_and_its_readers_stop(tmp_path: Path) -> None:
+    from daemon.hoststate import StateHub
+    from daemon.profiles import LoadedProfile, ProfileSet
+    from daemon.recorder import RunRecorder
+    from daemon.store.queries import Store
+    from daemon.warm_service import WarmService
+
+    profile, _ = _model(tmp_path, [1])
+    cache = _SlowCache(tmp_path / "model")
+    warmer = Warmer(cache, mem_available=lambda: 1 << 40, reserve=0, workers=1, block=MIB)
+    recorder = RunRecorder(await asyncio.to_thread(Store.open, tmp_path / "k25.db"), StateHub())
+    lp = LoadedProfile(profile=profile, file=tmp_path / "p.toml", sha256="x")
+    svc = WarmService(
+        warmer, recorder, lambda: ProfileSet(valid={"p": lp}, invalid=[]), every_s=60, always_below=0.98
+    )
+    run_id = await svc.start("p")
+    await asyncio.to_thread(cache.reading.wait, 10)
+    assert svc.cancel(run_id)
+    assert await asyncio.to_thread(cache.stopped.wait, 10)  # the reader thread saw the stop
+    for _ in range(500):  # the run's end is recorded by its task
+        view = await asyncio.to_thread(recorder.store.get_run, run_id=run_id)
+        if view is not None and view.run.outcome != "running":
+            break
+        await asyncio.sleep(0.01)
+    assert view is not None
+    assert (view.run.kind, view.run.outcome) == ("warm", "cancelled")
+    assert cache.stopped.is_set()
+    assert svc.cancel(run_id) is False  # over
