@@ -37,7 +37,7 @@ class BenchController:
         return AcceptedOut(run_id=await self.svc.start(spec))
 
     async def benchmark(self, run_id: int, *, requests: bool) -> BenchmarkOut:
-        view = await asyncio.to_thread(self.bench_store.get, run_id=run_id)
+        view = await asyncio.to_thread(self.bench_store.get, run_id=run_id, requests=requests)
         if view is not None:
             return bench_out(view, requests=requests)
         run = await asyncio.to_thread(self.store.get_run, run_id=run_id)

@@ -6,9 +6,11 @@ from __future__ import annotations
 import json
 import zlib
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
+from sqlalchemy.orm import QueryableAttribute, defer
 from sqlmodel import col, select
+from sqlmodel.sql.expression import SelectOfScalar
 
 from daemon.store.models import Benchmark, BenchmarkLevel, Experiment, Run
 from daemon.store.queries import Store
@@ -61,40 +63,26 @@ class BenchStore:
             s.commit()
             return bench.id or 0
 
-    def get(self, *, run_id: int) -> BenchmarkView | None:
+    def get(self, *, run_id: int, requests: bool = False) -> BenchmarkView | None:
+        """One benchmark; its levels' request rows are read only when asked for."""
         with self.store.session() as s:
             bench = s.exec(select(Benchmark).where(Benchmark.run_id == run_id)).first()
             run = s.get(Run, run_id)
             if bench is None or run is None:
                 return None
-            q = select(BenchmarkLevel).where(BenchmarkLevel.benchmark_id == bench.id)
-            levels = s.exec(q.order_by(col(BenchmarkLevel.position))).all()
+            levels = s.exec(_levels(requests=requests).where(BenchmarkLevel.benchmark_id == bench.id)).all()
             return BenchmarkView(bench, run, list(levels))
 
-    def recent(
-        self,
-        *,
-        profile: str | None = None,
-        spec_hash: str | None = None,
-        experiment_run_id: int | None = None,
-        limit: int = 50,
-    ) -> list[BenchmarkView]:
-        """Newest first; with their levels (summaries only are read by callers)."""
+    def recent(self, *, profile: str | None = None, limit: int = 50) -> list[BenchmarkView]:
+        """Newest first, with their levels' summaries (not their request rows: /compare reads up to 500
+        benchmarks on every page refresh)."""
         with self.store.session() as s:
             q = select(Benchmark, Run).where(Benchmark.run_id == Run.id)
             if profile:
                 q = q.where(Benchmark.profile == profile)
-            if spec_hash:
-                q = q.where(Benchmark.spec_hash == spec_hash)
-            if experiment_run_id is not None:
-                q = q.where(Benchmark.experiment_run_id == experiment_run_id)
             rows = s.exec(q.order_by(col(Benchmark.id).desc()).limit(limit)).all()
             ids = [b.id for b, _ in rows]
-            levels = s.exec(
-                select(BenchmarkLevel)
-                .where(col(BenchmarkLevel.benchmark_id).in_(ids))
-                .order_by(col(BenchmarkLevel.position))
-            ).all()
+            levels = s.exec(_levels(requests=False).where(col(BenchmarkLevel.benchmark_id).in_(ids))).all()
             by_bench: dict[int, list[BenchmarkLevel]] = {}
             for lv in levels:
                 by_bench.setdefault(lv.benchmark_id, []).append(lv)
@@ -125,3 +113,11 @@ class BenchStore:
             q = select(Experiment, Run).where(Experiment.run_id == Run.id)
             rows = s.exec(q.order_by(col(Experiment.id).desc()).limit(limit)).all()
             return [(e, r) for e, r in rows]
+
+
+def _levels(*, requests: bool) -> SelectOfScalar[BenchmarkLevel]:
+    """Levels in order; the compressed request rows (the bulk of a level) deferred unless wanted."""
+    q = select(BenchmarkLevel).order_by(col(BenchmarkLevel.position))
+    # SQLModel types the column as bytes; at class level it is SQLAlchemy's attribute, which defer takes.
+    blob = cast("QueryableAttribute[Any]", BenchmarkLevel.requests)
+    return q if requests else q.options(defer(blob))
