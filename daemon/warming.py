@@ -83,13 +83,17 @@ class Warmer:
 
     def scan(self, profile: Profile) -> Residency:
         """Blocking: call through asyncio.to_thread."""
+        return self._scan(profile)[0]
+
+    def _scan(self, profile: Profile) -> tuple[Residency, list[FileResidency]]:
+        """The profile's residency (kept as its latest), and each file's, which a warm plans with."""
         began = time.monotonic()
         files = [self.cache.residency(f) for f in self.cache.files(roots(profile))]
         missing = tuple(r for r in roots(profile) if not Path(r).exists())
         res = Residency(len(files), sum(f.size for f in files), sum(f.resident for f in files), time.time(),
                         time.monotonic() - began, missing)  # fmt: skip
         self.latest[profile.name] = res
-        return res
+        return res, files
 
     def _plan(self, files: list[FileResidency]) -> tuple[list[FileResidency], list[str]]:
         budget = self.mem_available() - self.reserve
@@ -108,10 +112,8 @@ class Warmer:
     async def warm(
         self, profile: Profile, *, idle_io: bool, progress: Progress, stop: threading.Event
     ) -> WarmResult:
-        result = WarmResult(before=await asyncio.to_thread(self.scan, profile))
-        files = await asyncio.to_thread(
-            lambda: [self.cache.residency(f) for f in self.cache.files(roots(profile))]
-        )
+        before, files = await asyncio.to_thread(self._scan, profile)
+        result = WarmResult(before=before)
         chosen, result.skipped = self._plan(files)
         total = sum(f.size for f in chosen)
         loop = asyncio.get_running_loop()
