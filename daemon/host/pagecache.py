@@ -4,13 +4,14 @@ Nothing here evicts: `evict` exists for benchmarks and tests on their own files 
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
 import mmap
 import os
 import platform
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -92,20 +93,26 @@ def resident_bytes(path: Path) -> FileResidency:
     try:
         if (pages := _cachestat(fd)) is not None:
             return FileResidency(str(path), size, min(size, pages * PAGE))
-        addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if addr in (None, MAP_FAILED):
-            raise OSError(ctypes.get_errno(), f"mmap {path}")
-        try:
-            pages = (size + PAGE - 1) // PAGE
-            vec = ctypes.create_string_buffer(pages)
+        with _mapping(fd, size, path) as addr:
+            vec = ctypes.create_string_buffer((size + PAGE - 1) // PAGE)
             if _libc.mincore(addr, size, vec) != 0:
                 raise OSError(ctypes.get_errno(), f"mincore {path}")
             resident = vec.raw.translate(_LOW_BIT).count(1)  # bit 0: resident (in C, not a Python loop)
-        finally:
-            _libc.munmap(addr, size)
     finally:
         os.close(fd)
     return FileResidency(str(path), size, min(size, resident * PAGE))
+
+
+@contextlib.contextmanager
+def _mapping(fd: int, size: int, path: Path) -> Iterator[int]:
+    """A read-only shared mapping of the whole file (libc's mmap: Python's gives no address)."""
+    addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+    if addr in (None, MAP_FAILED):
+        raise OSError(ctypes.get_errno(), f"mmap {path}")
+    try:
+        yield int(addr)
+    finally:
+        _libc.munmap(addr, size)
 
 
 def idle_io_priority() -> bool:
@@ -149,11 +156,9 @@ def _populate(path: Path) -> None:
         return
     fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     try:
-        addr = _libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
-        if addr in (None, MAP_FAILED):
-            return
-        _libc.madvise(addr, size, MADV_POPULATE_READ)  # EINVAL on older kernels: the read alone stands
-        _libc.munmap(addr, size)
+        # No mapping, or EINVAL from an older kernel: the read alone stands.
+        with contextlib.suppress(OSError), _mapping(fd, size, path) as addr:
+            _libc.madvise(addr, size, MADV_POPULATE_READ)
     finally:
         os.close(fd)
 
