@@ -40,7 +40,6 @@ class BringUp:
     load_seconds: float | None = None
     last_percent: int | None = None
     probe: ProbeProgress = field(default_factory=ProbeProgress)
-    stages: dict[str, float] = field(default_factory=dict)  # load stages the engine printed
 
 
 class BringUpEvents(Protocol):
@@ -70,8 +69,7 @@ async def bring_up(
     began = time.monotonic()
 
     async with journal.follow(profile.unit) as records, systemd.watch(profile.unit) as states:
-        stages = LoadStages(engine)
-        seen.stages = stages.stages
+        stages = LoadStages(engine)  # each completed stage goes to events.stage (the run keeps them)
 
         async def read_journal() -> None:
             async for rec in records:

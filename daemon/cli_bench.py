@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from daemon.cli_remote import client, emit
+from daemon.cli_remote import bar, client, emit
 from daemon.client import Client
 from daemon.errors import InvalidInput
 from daemon.exit_codes import EXIT_FAILED, EXIT_OK
@@ -75,11 +75,6 @@ def spec(args: argparse.Namespace) -> dict[str, Any]:
     return out
 
 
-def _bar(percent: int, width: int = 30) -> str:
-    filled = width * percent // 100
-    return "[" + "#" * filled + "." * (width - filled) + f"] {percent:3d}%"
-
-
 def follow(c: Client, run_id: int, *, as_json: bool, indent: str = "  ") -> str:
     """Print a benchmark's or experiment's events (progress bars for the measured requests) to its end;
     an experiment's benchmarks are followed as they start. Returns the run's outcome."""
@@ -89,8 +84,8 @@ def follow(c: Client, run_id: int, *, as_json: bool, indent: str = "  ") -> str:
             print(json.dumps(e, default=str), flush=True)
         elif e["phase"] == "measuring" and e.get("progress_percent") is not None:
             what = e["detail"].split(":")[0]
-            bar = f"{_bar(e['progress_percent'])} ({e['progress_done']}/{e['progress_total']})"
-            line = f"{indent}{what:28} {bar}"
+            shown = f"{bar(e['progress_percent'])} ({e['progress_done']}/{e['progress_total']})"
+            line = f"{indent}{what:28} {shown}"
             print(
                 ("\r" + line) if tty else line,
                 end="" if tty and e["progress_percent"] < 100 else "\n",

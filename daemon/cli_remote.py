@@ -59,7 +59,7 @@ def profiles(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _bar(percent: int, width: int = 30) -> str:
+def bar(percent: int, width: int = 30) -> str:
     filled = width * percent // 100
     return "[" + "#" * filled + "." * (width - filled) + f"] {percent:3d}%"
 
@@ -72,7 +72,7 @@ def follow(c: Client, run_id: int, *, as_json: bool, success: str = "active") ->
             print(json.dumps(e, default=str), flush=True)
         elif e.get("progress_percent") is not None:
             print(
-                f"  {e['phase']} {_bar(e['progress_percent'])} ({e['progress_done']}/{e['progress_total']})",
+                f"  {e['phase']} {bar(e['progress_percent'])} ({e['progress_done']}/{e['progress_total']})",
                 flush=True,
             )
         else:

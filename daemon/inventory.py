@@ -87,7 +87,7 @@ class Inventory:
                     unit_state=units.get(n),
                     default=n == self._settings.default_profile,
                     warm=p.warm,
-                    residency=_residency(residency.get(n)),
+                    residency=ResidencyOut.model_validate(r) if (r := residency.get(n)) else None,
                 )
             )
         out += [
@@ -95,10 +95,3 @@ class Inventory:
             for i in self.profiles.invalid
         ]
         return out
-
-
-def _residency(r: Residency | None) -> ResidencyOut | None:
-    if r is None:
-        return None
-    return ResidencyOut(files=r.files, bytes=r.bytes, resident=r.resident, percent=r.percent,
-                        scanned_at=r.scanned_at, scan_s=r.scan_s, missing=list(r.missing))  # fmt: skip

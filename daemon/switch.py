@@ -61,9 +61,9 @@ WarmHook = Callable[[int, Profile, Callable[[str, float], Awaitable[None]]], Cor
 class _Events:
     """bring_up's steps, recorded as events of one run."""
 
-    def __init__(self, recorder: RunRecorder, run_id: int, stages: dict[str, float] | None = None) -> None:
+    def __init__(self, recorder: RunRecorder, run_id: int) -> None:
         self.recorder, self.run_id = recorder, run_id
-        self.stages = stages if stages is not None else {}  # a warm before the start comes in here
+        self.stages: dict[str, float] = {}  # the engine's load stages, and a warm before the start
 
     async def phase(self, phase: Phase, detail: str, *, load_seconds: float | None = None) -> None:
         await self.recorder.event(self.run_id, phase, detail, load_seconds=load_seconds)
@@ -330,10 +330,8 @@ class Switcher:
             try:
                 await self._stop_and_teardown(run_id, gpus=tuple(p.gpus), ports=(p.port,))
                 await asyncio.to_thread(self._write_launch, lp, run_id, engine.argv(p))
-                with contextlib.suppress(K25Error):
-                    await self.ports.systemd.reset_failed(
-                        p.unit
-                    )  # a unit left failed earlier may start again
+                with contextlib.suppress(K25Error):  # a unit left failed earlier may start again
+                    await self.ports.systemd.reset_failed(p.unit)
                 if warming is not None:
                     await warming
             finally:
