@@ -23,6 +23,9 @@ from daemon.run_types import Phase
 HEALTH_RETRY_S = 1.0  # health is asked again this often where no log line announces HTTP (custom engines)
 WARMING_RETRY_S = 0.25  # SGLang answers 503 while it warms up: ask again this often until probe_timeout_s
 ERRORS_KEPT = 20
+# Health can pass before the journal has delivered the lines printed before it (stage durations, the
+# "server started" line): after the probe, wait this long at most for that line, so no stage is lost.
+JOURNAL_CATCHUP_S = 5.0
 
 
 class BringUpFailed(K25Error):
@@ -65,6 +68,7 @@ async def bring_up(
     ignore = ignore_patterns(profile)
     seen = BringUp()
     http_up = asyncio.Event()
+    logged_up = asyncio.Event()  # the journal has reached the engine's "HTTP up" line
     start_done = asyncio.Event()  # down states before the start job ended are the previous run's
     began = time.monotonic()
 
@@ -84,6 +88,7 @@ async def bring_up(
                         await events.progress(ev)
                 elif ev.kind is LogKind.READY:
                     http_up.set()
+                    logged_up.set()
                 elif ev.kind is LogKind.ERROR:
                     seen.errors = [*seen.errors[-(ERRORS_KEPT - 1) :], ev.line]
 
@@ -127,6 +132,9 @@ async def bring_up(
             )
             probe = _probe(profile, engine, prober, seen.probe, events)
             await _first(probe, unit_down, profile.probe_timeout_s, Phase.PROBING, profile, seen)
+            if engine.ready_res:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(logged_up.wait(), JOURNAL_CATCHUP_S)
         finally:
             for t in (*tasks, unit_down):
                 t.cancel()

@@ -23,6 +23,7 @@ from daemon.teardown_exec import Teardown
 
 LOAD = [f"Loading safetensors checkpoint shards: {p:3d}% Completed | {n}/4 [00:01<00:01, 1.00it/s]"
         for p, n in ((0, 0), (25, 1), (50, 2), (75, 3), (100, 4))]  # fmt: skip
+LOAD.append("INFO 11-30 07:34:02 [default_loader.py:268] Loading weights took 1.50 seconds")
 READY = "INFO:     Application startup complete."
 
 
@@ -31,6 +32,8 @@ class FakeJournal:
         self.lines: dict[str, list[str]] = {}
         self.queues: dict[str, list[asyncio.Queue[str]]] = {}
         self.unreadable: set[str] = set()  # units whose journal cannot be followed (journalctl missing...)
+        self.delivered = asyncio.Event()  # cleared: lines wait (a journal lagging behind the engine)
+        self.delivered.set()
 
     def log(self, unit: str, line: str) -> None:
         self.lines.setdefault(unit, []).append(line)
@@ -48,7 +51,9 @@ class FakeJournal:
 
         async def records() -> AsyncIterator[JournalRecord]:
             while True:
-                yield JournalRecord(unit, await q.get(), 1, 6, 0.0, "c")
+                line = await q.get()
+                await self.delivered.wait()
+                yield JournalRecord(unit, line, 1, 6, 0.0, "c")
 
         try:
             yield records()

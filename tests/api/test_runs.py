@@ -71,6 +71,22 @@ async def test_load_seconds_are_kept_when_http_came_up_but_the_probe_failed(env:
     assert "probe completion answered HTTP 500" in run["error"]
 
 
+async def test_stages_printed_before_http_up_are_kept_when_the_journal_lags(env: Env) -> None:
+    env.journal.delivered.clear()  # health passes and the probe finishes before any line arrives
+    run_id = (await env.client.post("/profiles/alpha/activate", headers=env.auth)).json()["run_id"]
+    for _ in range(1000):
+        run = (await env.client.get(f"/runs/{run_id}")).json()
+        if any("probe generation finished" in e["detail"] for e in run["events"]):
+            break
+        await asyncio.sleep(0.01)
+    else:
+        raise AssertionError("the probe did not finish")
+    env.journal.delivered.set()
+    run = await wait_run(env, run_id)
+    assert run["outcome"] == "active"
+    assert run["load_stages"] == {"weights": 1.5}
+
+
 async def test_a_journal_that_cannot_be_followed_fails_the_run_and_never_sticks(env: Env) -> None:
     env.journal.unreadable.update({"k25-engine@alpha.service", "k25-engine@baseline.service"})
     r = await env.client.post("/profiles/alpha/activate", headers=env.auth)
