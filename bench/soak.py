@@ -44,7 +44,7 @@ def main() -> None:
     rng = random.Random(args.seed)  # noqa: S311 - a reproducible schedule, not a secret
     extra = Path(tempfile.mkdtemp(prefix="k25-soak-"))
     write_fault_profiles(extra / "profiles", extra / "models")
-    info = sbx.up(load_seconds=0.3, profiles=extra / "profiles")
+    info = sbx.up(load_seconds=0.3, profiles=extra / "profiles", binds=(extra / "models",))
     outcomes: dict[str, int] = {}
     try:
         c = httpx.Client(base_url=info.url, timeout=300, headers={"Authorization": f"Bearer {info.token}"})

@@ -35,8 +35,9 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxInfo]:
     if os.geteuid() != 0:
         pytest.fail("system and web tests need root: they boot systemd in namespaces")
     extra = tmp_path_factory.mktemp("profiles")
-    write_fault_profiles(extra, tmp_path_factory.mktemp("models"))
-    info = sbx.up(profiles=extra, load_seconds=1.0)
+    models = tmp_path_factory.mktemp("models")
+    write_fault_profiles(extra, models)
+    info = sbx.up(profiles=extra, load_seconds=1.0, binds=(models,))
     yield info
     sbx.down(info)
     assert sbx.leftovers(info) == []

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import secrets
 import shutil
 import socket
@@ -58,16 +59,25 @@ def k25_command() -> list[str]:
     return [str(exe)] if exe.exists() else [sys.executable, "-m", "daemon.cli"]
 
 
-def render_unit(text: str, config: Path) -> str:
-    """A project unit with the sandbox's k25-ctl and config, and a short stop timeout for engines."""
+def render_unit(text: str, config: Path, root: Path, binds: tuple[Path, ...] = ()) -> str:
+    """A project unit with the sandbox's k25-ctl and config, and a short stop timeout for engines. The
+    hardening stays; the sandbox's folder (config, database, fake devices) is bound into the daemon's view
+    (it may lie under its private /tmp), as are `binds` and the checkout where it lies under /tmp; the host's
+    /var/lib, /etc and /var/cache directories are not created (the sandbox keeps its files in its folder)."""
     text = text.replace("/usr/local/bin/k25-ctl", " ".join(k25_command()))
     text = text.replace("TimeoutStopSec=30", f"TimeoutStopSec={ENGINE_STOP_TIMEOUT_S}")
-    text = text.replace("CacheDirectory=k25-ctl\n", "")  # the sandbox's caches stay in its own folder
+    text = re.sub(r"^(State|Configuration|Cache)Directory(Mode)?=.*\n", "", text, flags=re.M)
     env = f"Environment=K25_CONFIG={config}\nEnvironment=PYTHONUNBUFFERED=1\nWorkingDirectory={REPO}\n"
+    if "PrivateTmp=yes" in text:
+        env += "".join(f"BindPaths={p}\n" for p in (root, *binds))
+        if any(REPO.is_relative_to(t) for t in (Path("/tmp"), Path("/var/tmp"))):
+            env += f"BindReadOnlyPaths={REPO}\n"
+    elif "ProtectSystem=strict" in text:
+        env += f"ReadWritePaths={root}\n"
     return text.replace("[Service]\n", "[Service]\n" + env, 1)
 
 
-def write_units(root: Path, config: Path) -> None:
+def write_units(root: Path, config: Path, binds: tuple[Path, ...] = ()) -> None:
     units = root / "units"
     units.mkdir()
     for t in TARGETS:
@@ -78,7 +88,7 @@ def write_units(root: Path, config: Path) -> None:
     for name in COPIED_UNITS:
         shutil.copy(SYSTEM_UNITS / name, units / name)
     for unit in (REPO / "units").glob("*.service"):
-        (units / unit.name).write_text(render_unit(unit.read_text(), config))
+        (units / unit.name).write_text(render_unit(unit.read_text(), config, root, binds))
 
 
 def fake_engine_profile(
@@ -157,6 +167,7 @@ def write_tree(
     extra_profiles: Path | None,
     load_seconds: float,
     settings: dict[str, str] | None = None,
+    binds: tuple[Path, ...] = (),
 ) -> dict[str, int]:
     """Everything but the boot script; returns the engine ports it allocated."""
     etc, state, dev = root / "etc", root / "state", root / "dev"
@@ -204,5 +215,5 @@ def write_tree(
         "restart_backoff_s": "0.5",
     } | (settings or {})  # values as TOML text
     config.write_text("".join(f"{k} = {v}\n" for k, v in values.items()))
-    write_units(root, config)
+    write_units(root, config, binds)
     return ports

@@ -126,8 +126,10 @@ def up(
     load_seconds: float = 2.0,
     within_s: float = 90.0,
     settings: dict[str, str] | None = None,
+    binds: tuple[Path, ...] = (),
 ) -> SandboxInfo:
-    """Boot a sandbox; `settings` override the daemon's (TOML values as text: {"watch_interval_s": "10"})."""
+    """Boot a sandbox; `settings` override the daemon's (TOML values as text: {"watch_interval_s": "10"});
+    `binds`: folders outside the sandbox's own that the daemon reads (its /tmp is private)."""
     if os.geteuid() != 0:
         raise K25Error("the sandbox needs root (it boots systemd in namespaces)")
     SANDBOX_HOME.mkdir(parents=True, exist_ok=True)
@@ -135,7 +137,7 @@ def up(
     name = root.name
     port = port or free_port()
     engine_ports = write_tree(
-        root, port=port, extra_profiles=profiles, load_seconds=load_seconds, settings=settings
+        root, port=port, extra_profiles=profiles, load_seconds=load_seconds, settings=settings, binds=binds
     )
     cgroups = plan_cgroups(name)
     script = _boot_script(root, cgroups)

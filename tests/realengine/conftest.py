@@ -76,7 +76,7 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[sbx.Sandbox
     (extra / "port-target.toml").write_text(fake_engine_profile("port-target", flavor="vllm", port=free_port(),
                                                                  models=models, load_seconds=1.0))  # fmt: skip
     # The engine, not the daemon, finds the missing model path (a network mount may not be mounted yet).
-    info = sbx.up(profiles=extra, load_seconds=1.0, settings={"check_model_paths": "false"})
+    info = sbx.up(profiles=extra, load_seconds=1.0, settings={"check_model_paths": "false"}, binds=(models,))
     yield info, Api(info)
     sbx.down(info)
     assert sbx.leftovers(info) == []
