@@ -1,38 +1,376 @@
 #!/usr/bin/env bash
-# Installs k25-ctl on a GPU host (as root): a virtualenv in /opt/k25-ctl, the `k25-ctl` command, the units,
-# /etc/k25-ctl (stock profiles, settings, a fresh token of mode 0600), /var/lib/k25-ctl with its database,
-# then starts k25-ctl.service. Idempotent: existing profiles, settings and token are kept.
-#   ROOT=/some/dir bash install.sh --no-start   installs into a staging root (what the tests do)
+# install.sh: install, upgrade or remove k25-ctl on a GPU host (as root, with systemd as init).
+#
+#   sudo bash install.sh                         install or upgrade, then start (or restart) k25-ctl
+#   sudo bash install.sh --dry-run               print every step; change nothing
+#   sudo bash install.sh --uninstall [--purge]   remove the units, the venv and the command; --purge
+#                                                also the database, profiles, settings and token
+# Options: --prefix DIR (the venv and docs; default /opt/k25-ctl), --no-start (install; start and
+# restart nothing). PYTHON=/path/to/python3.x picks the interpreter (default: the newest >= 3.11 on PATH).
+#
+# A second run with nothing new says "nothing to change". Existing profiles, settings and the token are
+# never overwritten. A vllm-kimi-k25-int4.service that is not k25-ctl's is kept and adopted (the baseline
+# profile gets `adopt = true`). An upgrade backs the database up before it migrates (the path is printed)
+# and restarts the daemon; engines run in their own units and keep running.
 set -euo pipefail
-cd "$(dirname "$0")"
-ROOT=${ROOT:-}
-START=1
-[ "${1:-}" = "--no-start" ] && START=0
-opt=$ROOT/opt/k25-ctl etc=$ROOT/etc/k25-ctl state=$ROOT/var/lib/k25-ctl units=$ROOT/etc/systemd/system
 
-py=""
-for c in python3.12 python3.11 python3; do
-  if command -v "$c" >/dev/null && "$c" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then py=$c; break; fi
+SRC=$(cd "$(dirname "$0")" && pwd)
+PREFIX=/opt/k25-ctl
+ETC=/etc/k25-ctl
+CACHE=/var/cache/k25-ctl
+UNITS=/etc/systemd/system
+LINK=/usr/local/bin/k25-ctl
+DAEMON=k25-ctl.service
+BASELINE=vllm-kimi-k25-int4.service
+MARK="# Managed by k25-ctl's install.sh"
+STAMP=.k25-ctl-install # in the prefix: the fingerprint of the installed source
+
+START=1 DRY=0 UNINSTALL=0 PURGE=0
+changes=0 restart=0 adopted=0 py="" WORK=""
+
+say() { printf '%s\n' "$*"; }
+die() {
+  local IFS=
+  printf 'install: %b\n' "$*" >&2
+  exit 1
+}
+usage() { sed -n '2,10p' "$0" | sed -E 's/^# ?//'; }
+
+# Every change goes through act: printed, and done unless --dry-run.
+act() {
+  local what=$1
+  shift
+  changes=$((changes + 1))
+  if [ "$DRY" = 1 ]; then
+    say "would: $what"
+  else
+    say "  $what"
+    "$@"
+  fi
+}
+
+while [ $# -gt 0 ]; do
+  case $1 in
+    --prefix) [ $# -ge 2 ] || die "--prefix needs a directory"; PREFIX=$2; shift 2 ;;
+    --prefix=*) PREFIX=${1#*=}; shift ;;
+    --no-start) START=0; shift ;;
+    --dry-run) DRY=1; shift ;;
+    --uninstall) UNINSTALL=1; shift ;;
+    --purge) PURGE=1; shift ;;
+    -h | --help) usage; exit 0 ;;
+    *) usage >&2; printf 'install: unknown option %s\n' "$1" >&2; exit 2 ;;
+  esac
 done
-[ -n "$py" ] || { echo "install: Python >= 3.11 is required" >&2; exit 1; }
+[ "$PURGE" = 0 ] || [ "$UNINSTALL" = 1 ] || die "--purge goes with --uninstall"
+case $PREFIX in
+  /?*) PREFIX=${PREFIX%/} ;;
+  *) die "--prefix must be an absolute directory, not '$PREFIX'" ;;
+esac
+K25="$PREFIX/venv/bin/k25-ctl"
 
-mkdir -p "$opt" "$etc/profiles.d" "$state" "$units" "$ROOT/usr/local/bin"
-cp -r daemon migrations pyproject.toml README.md "$opt/"
-[ -x "$opt/venv/bin/python" ] || "$py" -m venv "$opt/venv"
-"$opt/venv/bin/python" -m pip install -q --disable-pip-version-check "$opt"
-ln -sf "$opt/venv/bin/k25-ctl" "$ROOT/usr/local/bin/k25-ctl"
+cleanup() { if [ -n "$WORK" ]; then rm -rf "$WORK"; fi; }
+trap cleanup EXIT
 
-for p in profiles/*.toml; do [ -e "$etc/profiles.d/$(basename "$p")" ] || cp "$p" "$etc/profiles.d/"; done
-[ -e "$etc/k25-ctl.toml" ] || printf '# k25-ctl settings: see daemon/settings.py for every key\n' > "$etc/k25-ctl.toml"
-if [ ! -s "$etc/token" ]; then
-  (umask 077; "$py" -c 'import secrets; print(secrets.token_urlsafe(32))' > "$etc/token")
+# ---- checks: every one before anything is touched -------------------------------------------------
+
+check_host() {
+  [ "$(id -u)" = 0 ] || die "run as root (sudo bash install.sh ...): it writes $UNITS, $ETC and $PREFIX"
+  local init
+  init=$(cat /proc/1/comm 2>/dev/null || echo unknown)
+  if [ ! -d /run/systemd/system ] || [ "$init" != systemd ]; then
+    die "systemd is not running as init (PID 1 is '$init'): k25-ctl is a systemd service and owns the\n" \
+      "engines' units; install it on a host (or a container) booted with systemd. Nothing was changed."
+  fi
+}
+
+# A prefix is ours when it holds our stamp, or the venv an older install.sh made; else it must be empty.
+prefix_is_ours() { [ -e "$PREFIX/$STAMP" ] || [ -x "$PREFIX/venv/bin/k25-ctl" ]; }
+
+check_prefix() {
+  if [ -d "$PREFIX" ] && ! prefix_is_ours && [ -n "$(ls -A "$PREFIX")" ]; then
+    die "$PREFIX exists and is not a k25-ctl install: choose another --prefix. Nothing was changed."
+  fi
+}
+
+find_python() {
+  local c found="" cands=(python3.13 python3.12 python3.11 python3)
+  [ -z "${PYTHON:-}" ] || cands=("$PYTHON")
+  for c in "${cands[@]}"; do
+    command -v "$c" >/dev/null 2>&1 || continue
+    if "$c" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+      py=$(command -v "$c")
+      "$py" -c 'import ensurepip, venv' 2>/dev/null ||
+        die "$py cannot make a virtualenv: install its venv module (apt-get install python3-venv)."
+      return
+    fi
+    found="$found $c ($("$c" -c 'import platform; print(platform.python_version())' 2>/dev/null || echo '?'))"
+  done
+  die "Python >= 3.11 is required; found:${found:- none}. Install python3.11 or newer (with its venv\n" \
+    "module), or name one with PYTHON=/path/to/python3.x. Nothing was changed."
+}
+
+# What decides whether the venv is current: the package's own files.
+fingerprint() {
+  (cd "$SRC" && find daemon migrations pyproject.toml -type f ! -name '*.pyc' ! -path '*/__pycache__/*' \
+    -print0 | LC_ALL=C sort -z | xargs -0 sha256sum | sha256sum | cut -d' ' -f1)
+}
+
+# The only step that needs the package index, done in a scratch folder before anything else: every
+# package k25-ctl needs, as wheels (a throwaway pip; the checkout is built from a copy, left untouched).
+fetch_packages() {
+  WORK=$(mktemp -d /tmp/k25-install.XXXXXX)
+  mkdir "$WORK/src"
+  cp -r "$SRC/daemon" "$SRC/migrations" "$SRC/pyproject.toml" "$SRC/README.md" "$WORK/src/"
+  say "fetching k25-ctl's packages (pip wheel; the package index must answer)"
+  if ! { "$py" -m venv "$WORK/pip" && "$WORK/pip/bin/python" -m pip wheel -q --disable-pip-version-check \
+    -w "$WORK/wheels" "$WORK/src"; } >"$WORK/pip.log" 2>&1; then
+    die "cannot get k25-ctl's packages from the package index; pip said:\n$(tail -n 4 "$WORK/pip.log")\n" \
+      "What to do: check this host's network and proxy (https_proxy) and pip's index settings\n" \
+      "('$py -m pip config list', PIP_INDEX_URL), then run install.sh again. Nothing was changed."
+  fi
+}
+
+# ---- units ------------------------------------------------------------------------------------------
+
+render_unit() { sed -e "s|/usr/local/bin/k25-ctl|$K25|g" -e "s|/opt/k25-ctl/README.md|$PREFIX/README.md|g" "$1"; }
+write_unit() { render_unit "$1" >"$2" && chmod 0644 "$2"; }
+
+# Where systemd loads a unit from now ("" if nowhere); templates are looked for in $UNITS only.
+unit_file() {
+  local f=""
+  case $1 in *@.service) ;; *) f=$(systemctl show -P FragmentPath "$1" 2>/dev/null || true) ;; esac
+  if [ -z "$f" ] && [ -e "$UNITS/$1" ]; then f="$UNITS/$1"; fi
+  printf '%s' "$f"
+}
+
+# k25-ctl's own: our mark, or (an older install.sh) an ExecStart that runs k25-ctl.
+unit_is_ours() { grep -qF "$MARK" "$1" || grep -Eq '^ExecStart=.*/k25-ctl (serve|launch)' "$1"; }
+
+check_units() {
+  local u name f
+  for u in "$SRC"/units/*.service; do
+    name=$(basename "$u")
+    f=$(unit_file "$name")
+    if [ -z "$f" ] || [ ! -e "$f" ] || unit_is_ours "$f"; then continue; fi
+    if [ "$name" = "$BASELINE" ]; then
+      adopted=1
+    else
+      die "$f exists and is not k25-ctl's: move it away, then run install.sh again. Nothing was changed."
+    fi
+  done
+}
+
+install_units() {
+  local u name f dest reload=0
+  for u in "$SRC"/units/*.service; do
+    name=$(basename "$u")
+    dest="$UNITS/$name"
+    f=$(unit_file "$name")
+    if [ "$name" = "$BASELINE" ] && [ "$adopted" = 1 ]; then
+      say "kept $f: the operator's own unit, adopted by the baseline profile (k25-ctl only starts and stops it)"
+      continue
+    fi
+    if [ -e "$dest" ] && render_unit "$u" | cmp -s - "$dest"; then continue; fi
+    act "unit $dest$([ ! -e "$dest" ] || echo ' (upgraded)')" write_unit "$u" "$dest"
+    reload=1
+    [ "$name" != "$DAEMON" ] || restart=1
+  done
+  [ "$reload" = 0 ] || act "systemctl daemon-reload" systemctl daemon-reload
+}
+
+# ---- files ------------------------------------------------------------------------------------------
+
+venv_is_current() {
+  [ -e "$PREFIX/$STAMP" ] && [ "$(cat "$PREFIX/$STAMP")" = "$(fingerprint)" ] &&
+    "$PREFIX/venv/bin/python" -I -c 'import daemon.cli' 2>/dev/null
+}
+
+install_venv() {
+  ! venv_is_current || return 0
+  local what="install k25-ctl into $PREFIX/venv"
+  [ ! -x "$K25" ] || what="upgrade $PREFIX/venv (was $("$PREFIX/venv/bin/python" -I -c \
+    'import importlib.metadata as m; print(m.version("k25-ctl"))' 2>/dev/null || echo unknown))"
+  [ -x "$PREFIX/venv/bin/python" ] || act "python venv $PREFIX/venv ($py)" "$py" -m venv "$PREFIX/venv"
+  act "$what" pip_install
+  # An older install.sh copied the sources into the prefix; the venv holds them now.
+  local old
+  for old in daemon migrations pyproject.toml; do
+    [ ! -e "$PREFIX/$old" ] || act "remove the old copy $PREFIX/$old" rm -rf "${PREFIX:?}/$old"
+  done
+  act "record the installed source in $PREFIX/$STAMP" stamp
+  restart=1
+}
+
+stamp() { fingerprint >"$PREFIX/$STAMP"; }
+
+pip_install() {
+  local wheel pip=("$PREFIX/venv/bin/python" -m pip install -q --disable-pip-version-check --no-index
+    --find-links "$WORK/wheels")
+  wheel=$(ls "$WORK"/wheels/k25_ctl-*.whl)
+  "${pip[@]}" --upgrade "$wheel"
+  "${pip[@]}" --no-deps --force-reinstall "$wheel" # the same version number, newer code
+}
+
+install_files() {
+  mkdir_if() { [ -d "$1" ] || act "directory $1" install -d -m "$2" "$1"; }
+  mkdir_if "$PREFIX" 0755
+  install_venv
+  if ! cmp -s "$SRC/README.md" "$PREFIX/README.md"; then
+    act "docs $PREFIX/README.md" install -m 0644 "$SRC/README.md" "$PREFIX/README.md"
+  fi
+  [ "$(readlink "$LINK" 2>/dev/null)" = "$K25" ] || act "command $LINK -> $K25" ln -sfn "$K25" "$LINK"
+  mkdir_if "$ETC/profiles.d" 0755
+  local p
+  for p in "$SRC"/profiles/*.toml; do
+    [ -e "$ETC/profiles.d/$(basename "$p")" ] ||
+      act "profile $ETC/profiles.d/$(basename "$p")" install -m 0644 "$p" "$ETC/profiles.d/"
+  done
+  [ -e "$ETC/k25-ctl.toml" ] || act "settings $ETC/k25-ctl.toml" settings_file
+  [ -s "$ETC/token" ] || act "token $ETC/token (mode 0600)" new_token
+  if [ -e "$ETC/token" ] && [ "$(stat -c %a "$ETC/token")" != 600 ]; then
+    act "token $ETC/token: mode 0600 (was $(stat -c %a "$ETC/token"))" chmod 600 "$ETC/token"
+  fi
+}
+
+settings_file() { printf '# k25-ctl settings: every key is in daemon/settings.py\n' >"$ETC/k25-ctl.toml"; }
+new_token() { (umask 077 && "$py" -c 'import secrets; print(secrets.token_urlsafe(32))' >"$ETC/token"); }
+
+# A top-level key: before the first [table] of the file, or at its end.
+add_adopt() {
+  awk -v line="adopt = true  # added by install.sh: $BASELINE is the operator's own unit" \
+    '!done && /^[[:space:]]*\[/ { print line; done = 1 } { print } END { if (!done) print line }' \
+    "$1" >"$1.new" && chmod --reference="$1" "$1.new" && mv "$1.new" "$1"
+}
+
+adopt_baseline() {
+  [ "$adopted" = 1 ] || return 0
+  local prof="$ETC/profiles.d/baseline.toml"
+  if [ -e "$prof" ] && grep -Eq '^[[:space:]]*adopt[[:space:]]*=[[:space:]]*true' "$prof"; then return; fi
+  if [ -e "$prof" ] && grep -Eq '^[[:space:]]*adopt[[:space:]]*=' "$prof"; then
+    say "warning: $prof sets adopt to false, so k25-ctl would run its own argv in the operator's $BASELINE"
+    return
+  fi
+  act "baseline profile $prof: adopt = true (the host's own $BASELINE)" add_adopt "$prof"
+  restart=1
+}
+
+# ---- database and daemon ----------------------------------------------------------------------------
+
+migrate() {
+  local status
+  if [ "$DRY" = 1 ] && [ ! -x "$K25" ]; then
+    act "create or migrate the runs database (k25-ctl db upgrade)" true
+    return
+  fi
+  status=$("$K25" db status 2>&1) && return 0
+  case $status in
+    *"no database yet"*)
+      act "create the runs database" "$K25" db upgrade
+      return
+      ;;
+  esac
+  local active
+  active=$(systemctl is-active "$DAEMON" 2>/dev/null || true)
+  if [ "$active" = active ] && [ "$START" = 0 ]; then
+    say "the database needs migrations ($status); the running daemon migrates it when restarted"
+    return
+  fi
+  if [ "$active" = active ]; then
+    act "stop $DAEMON for the migration (engines keep running)" systemctl stop "$DAEMON"
+  fi
+  act "back up the database before migrating" backup_db
+  act "migrate the database ($status)" "$K25" db upgrade
+  restart=1
+}
+
+backup_db() { say "  database backup: $("$K25" db backup)"; }
+
+start_daemon() {
+  if [ "$START" = 0 ]; then
+    say "not started (--no-start): systemctl enable --now $DAEMON"
+    return
+  fi
+  [ "$(systemctl is-enabled "$DAEMON" 2>/dev/null || true)" = enabled ] ||
+    act "enable $DAEMON" systemctl enable -q "$DAEMON"
+  local active
+  active=$(systemctl is-active "$DAEMON" 2>/dev/null || true)
+  if [ "$active" != active ]; then
+    act "start $DAEMON" systemctl start "$DAEMON"
+  elif [ "$restart" = 1 ]; then
+    act "restart $DAEMON (engines keep running)" systemctl restart "$DAEMON"
+  fi
+  [ "$DRY" = 1 ] || [ "$(systemctl is-active "$DAEMON" || true)" = active ] ||
+    die "$DAEMON did not stay active: journalctl -u $DAEMON -n 50"
+}
+
+# ---- uninstall --------------------------------------------------------------------------------------
+
+uninstall() {
+  local f u
+  f=$(unit_file "$DAEMON")
+  if [ -n "$f" ] && [ -e "$f" ] && unit_is_ours "$f"; then
+    [ "$(systemctl is-active "$DAEMON" 2>/dev/null || true)" != active ] ||
+      act "stop $DAEMON" systemctl stop "$DAEMON"
+    [ "$(systemctl is-enabled "$DAEMON" 2>/dev/null || true)" != enabled ] ||
+      act "disable $DAEMON" systemctl disable -q "$DAEMON"
+  fi
+  # Engines started from k25-ctl's units stop with them; the operator's own unit keeps running.
+  while read -r u _; do
+    act "stop $u" systemctl stop "$u"
+  done < <(systemctl list-units --plain --no-legend --state=active 'k25-engine@*')
+  f=$(unit_file "$BASELINE")
+  if [ -n "$f" ] && [ -e "$f" ] && unit_is_ours "$f"; then
+    [ "$(systemctl is-active "$BASELINE" 2>/dev/null || true)" != active ] ||
+      act "stop $BASELINE" systemctl stop "$BASELINE"
+  elif [ -n "$f" ]; then
+    say "kept $f: the operator's own unit"
+  fi
+  local removed=0
+  for u in "$SRC"/units/*.service; do
+    f="$UNITS/$(basename "$u")"
+    if [ -e "$f" ] && unit_is_ours "$f"; then
+      act "remove $f" rm -f "$f"
+      removed=1
+    fi
+  done
+  [ "$removed" = 0 ] || act "systemctl daemon-reload" systemctl daemon-reload
+  case $(readlink "$LINK" 2>/dev/null) in "$PREFIX"/*) act "remove $LINK" rm -f "$LINK" ;; esac
+  if [ -d "$PREFIX" ] && prefix_is_ours; then act "remove $PREFIX" rm -rf "${PREFIX:?}"; fi
+  local state
+  state=$(sed -nE 's/^state_dir[[:space:]]*=[[:space:]]*"(.*)"/\1/p' "$ETC/k25-ctl.toml" 2>/dev/null || true)
+  state=${state:-/var/lib/k25-ctl}
+  if [ "$PURGE" = 1 ]; then
+    for f in "$ETC" "$state" "$CACHE"; do [ ! -e "$f" ] || act "purge $f" rm -rf "$f"; done
+  else
+    for f in "$ETC" "$state"; do [ ! -e "$f" ] || say "kept $f (--purge removes it)"; done
+  fi
+}
+
+# ---- main -------------------------------------------------------------------------------------------
+
+check_host
+if [ "$UNINSTALL" = 1 ]; then
+  uninstall
+else
+  check_prefix
+  find_python
+  check_units
+  [ "$adopted" = 0 ] || say "found $(unit_file "$BASELINE"): not k25-ctl's; keeping it and adopting it"
+  venv_is_current || [ "$DRY" = 1 ] || fetch_packages
+  install_files
+  adopt_baseline
+  install_units
+  migrate
+  start_daemon
 fi
-chmod 600 "$etc/token"
-cp units/*.service "$units/"
-
-K25_CONFIG="$etc/k25-ctl.toml" K25_CONFIG_DIR="$etc" K25_STATE_DIR="$state" "$opt/venv/bin/k25-ctl" db upgrade
-if [ "$START" = 1 ] && [ -z "$ROOT" ]; then
-  systemctl daemon-reload
-  systemctl enable --now k25-ctl.service
-  echo "k25-ctl is running: http://127.0.0.1:8025 (token in /etc/k25-ctl/token)"
+if [ "$changes" = 0 ]; then
+  say "nothing to change"
+elif [ "$DRY" = 1 ]; then
+  say "dry run: $changes step(s) would run; nothing was changed"
+else
+  say "done: $changes step(s)"
+  if [ "$UNINSTALL" = 0 ] && [ "$START" = 1 ]; then
+    say "$DAEMON: $(systemctl show -P StatusText "$DAEMON")"
+    say "web page and API on the address in $ETC/k25-ctl.toml (default http://127.0.0.1:8025); token in $ETC/token"
+  fi
 fi

@@ -135,12 +135,26 @@ def format_plan(plan: dict[str, Any]) -> str:
 
 
 def _cmd_db(args: argparse.Namespace) -> int:
-    from daemon.store.db import upgrade
+    from daemon.store import db
 
-    settings = load_settings()
-    upgrade(settings.database_path)
-    print(f"{settings.database_path}: schema at head")
-    return EXIT_OK
+    path = load_settings().database_path
+    if args.action == "upgrade":
+        db.private(path)  # as the daemon keeps it: 0600 in a 0700 folder
+        db.upgrade(path)
+        print(f"{path}: schema at head")
+        return EXIT_OK
+    if args.action == "backup":
+        if not path.exists():
+            print(f"{path}: no database to back up", file=sys.stderr)
+            return EXIT_FAILED
+        print(db.backup(path))
+        return EXIT_OK
+    current, head = db.revisions(path)
+    if current == head:
+        print(f"{path}: at {head} (head)")
+        return EXIT_OK
+    print(f"{path}: at {current or 'no database yet'}, head {head}: needs `k25-ctl db upgrade`")
+    return EXIT_FAILED
 
 
 def _remote_commands(sub: Any) -> None:
@@ -195,7 +209,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_check_profiles)
 
     p = sub.add_parser("db", help="the runs database")
-    p.add_argument("action", choices=("upgrade",), help="upgrade: migrate the schema to the newest revision")
+    p.add_argument(
+        "action",
+        choices=("upgrade", "status", "backup"),
+        help="upgrade: migrate the schema to the newest revision; status: exit 0 at the newest, 3 behind; "
+        "backup: a consistent copy beside it (prints its path)",
+    )
     p.set_defaults(func=_cmd_db)
 
     p = sub.add_parser("serve", help="run the daemon (what k25-ctl.service runs)")

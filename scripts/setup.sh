@@ -10,6 +10,8 @@ command -v dbus-daemon >/dev/null || need+=(dbus)
 command -v fuser >/dev/null || need+=(psmisc)
 command -v unshare >/dev/null || need+=(util-linux)
 command -v curl >/dev/null || need+=(curl)
+command -v shellcheck >/dev/null || need+=(shellcheck)
+command -v setpriv >/dev/null || need+=(util-linux)
 if [ "${K25_WITH_BROWSER:-1}" = 1 ] && ! command -v chromium >/dev/null; then need+=(chromium); fi
 if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive

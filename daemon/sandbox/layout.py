@@ -77,16 +77,21 @@ def render_unit(text: str, config: Path, root: Path, binds: tuple[Path, ...] = (
     return text.replace("[Service]\n", "[Service]\n" + env, 1)
 
 
-def write_units(root: Path, config: Path, binds: tuple[Path, ...] = ()) -> None:
-    units = root / "units"
+def write_base_units(units: Path, wants: str = "") -> None:
+    """The unit path of a minimal system: empty targets, D-Bus and journald (default.target wants them)."""
     units.mkdir()
     for t in TARGETS:
         (units / f"{t}.target").write_text(f"[Unit]\nDescription={t}\n")
     (units / "default.target").write_text(
-        "[Unit]\nDescription=k25 sandbox\nWants=dbus.socket systemd-journald.socket k25-ctl.service\n"
+        f"[Unit]\nDescription=k25 sandbox\nWants=dbus.socket systemd-journald.socket{wants}\n"
     )
     for name in COPIED_UNITS:
         shutil.copy(SYSTEM_UNITS / name, units / name)
+
+
+def write_units(root: Path, config: Path, binds: tuple[Path, ...] = ()) -> None:
+    units = root / "units"
+    write_base_units(units, " k25-ctl.service")
     for unit in (REPO / "units").glob("*.service"):
         (units / unit.name).write_text(render_unit(unit.read_text(), config, root, binds))
 

@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from daemon.errors import HostTimeout, K25Error, NotFound
-from daemon.sandbox.layout import REPO, free_port, write_tree
+from daemon.sandbox.layout import REPO, free_port, write_base_units, write_tree
 
 SANDBOX_HOME = Path(os.environ.get("K25_SANDBOX_HOME", "/tmp/k25-sandboxes"))
 CGROUP_FS = Path("/sys/fs/cgroup")
@@ -84,18 +84,45 @@ def plan_cgroups(name: str) -> list[str]:
     return dirs
 
 
-def _boot_script(root: Path, cgroups: list[str]) -> Path:
+# A fresh host's private trees: overlays on the real ones (reads fall through, writes stay in the sandbox),
+# with no trace of k25-ctl and no host units (systemd reads units from here, as on a host).
+PRIVATE_TREES = ("etc", "opt", "usr/local", "var")
+HOST_TRACES = (
+    "/etc/k25-ctl",
+    "/opt/k25-ctl",
+    "/var/lib/k25-ctl",
+    "/var/cache/k25-ctl",
+    "/usr/local/bin/k25-ctl",
+)
+
+
+def _host_mounts(root: Path) -> str:
+    lines = []
+    for tree in PRIVATE_TREES:
+        upper, work = root / "overlay" / tree / "upper", root / "overlay" / tree / "work"
+        lines.append(
+            f'mkdir -p "{upper}" "{work}"\n'
+            f'mount -t overlay overlay -o lowerdir=/{tree},upperdir="{upper}",workdir="{work}" /{tree}\n'
+        )
+    lines.append("mount -t tmpfs tmpfs /etc/systemd/system\n")
+    lines.append(f"rm -rf {' '.join(HOST_TRACES)}\n")
+    return "".join(lines)
+
+
+def _boot_script(root: Path, cgroups: list[str], *, fresh_host: bool) -> Path:
     script = root / "boot.sh"
     moves = "".join(
         f'mkdir -p "{d}" 2>/dev/null && echo $$ > "{d}/cgroup.procs" 2>/dev/null || true\n' for d in cgroups
     )
+    unit_path = f"{root}/units:/etc/systemd/system" if fresh_host else f"{root}/units"
     script.write_text(
         "#!/bin/sh\n" + moves + "set -e\n"
         "mount -t tmpfs tmpfs /run\n"
         "mount -t tmpfs tmpfs /dev/shm\n"
-        "mkdir -p /run/systemd/journald.conf.d\n"
+        + (_host_mounts(root) if fresh_host else "")
+        + "mkdir -p /run/systemd/journald.conf.d\n"
         "printf '[Journal]\\nStorage=volatile\\n' > /run/systemd/journald.conf.d/k25-sandbox.conf\n"
-        f"export container=k25-sandbox SYSTEMD_UNIT_PATH={root}/units NOTIFY_SOCKET={root}/notify.sock\n"
+        f"export container=k25-sandbox SYSTEMD_UNIT_PATH={unit_path} NOTIFY_SOCKET={root}/notify.sock\n"
         "exec /usr/lib/systemd/systemd --system --unit=default.target\n"
     )
     script.chmod(0o755)
@@ -127,20 +154,28 @@ def up(
     within_s: float = 90.0,
     settings: dict[str, str] | None = None,
     binds: tuple[Path, ...] = (),
+    fresh_host: bool = False,
 ) -> SandboxInfo:
     """Boot a sandbox; `settings` override the daemon's (TOML values as text: {"watch_interval_s": "10"});
-    `binds`: folders outside the sandbox's own that the daemon reads (its /tmp is private)."""
+    `binds`: folders outside the sandbox's own that the daemon reads (its /tmp is private).
+    `fresh_host`: systemd, D-Bus and journald only, on private /etc, /opt, /usr/local and /var with no
+    k25-ctl in them: a host for install.sh (`port`: the one its settings will name)."""
     if os.geteuid() != 0:
         raise K25Error("the sandbox needs root (it boots systemd in namespaces)")
     SANDBOX_HOME.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="sbx-", dir=SANDBOX_HOME))
     name = root.name
     port = port or free_port()
-    engine_ports = write_tree(
-        root, port=port, extra_profiles=profiles, load_seconds=load_seconds, settings=settings, binds=binds
-    )
+    if fresh_host:
+        write_base_units(root / "units")
+        engine_ports: dict[str, int] = {}
+    else:
+        engine_ports = write_tree(
+            root, port=port, extra_profiles=profiles, load_seconds=load_seconds, settings=settings,
+            binds=binds,
+        )  # fmt: skip
     cgroups = plan_cgroups(name)
-    script = _boot_script(root, cgroups)
+    script = _boot_script(root, cgroups, fresh_host=fresh_host)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(str(root / "notify.sock"))
     log = (root / "boot.log").open("wb")
@@ -176,14 +211,16 @@ def up(
             unshare_pid=unshare.pid,
             port=port,
             url=f"http://127.0.0.1:{port}",
-            token_file=str(root / "etc/token"),
-            config=str(root / "etc/k25-ctl.toml"),
+            token_file=f"/proc/{init}/root/etc/k25-ctl/token" if fresh_host else str(root / "etc/token"),
+            config="/etc/k25-ctl/k25-ctl.toml" if fresh_host else str(root / "etc/k25-ctl.toml"),
             pid_ns=str(Path(f"/proc/{init}/ns/pid").readlink()),
             mnt_ns=str(Path(f"/proc/{init}/ns/mnt").readlink()),
             cgroups=cgroups,
             engine_ports=engine_ports,
         )
         (root / "sandbox.json").write_text(json.dumps(asdict(info), indent=2))
+        if fresh_host:
+            return info
         state = subprocess.run(
             info.inside(["systemctl", "is-active", "k25-ctl.service"]), capture_output=True, text=True
         )

@@ -91,3 +91,32 @@ def upgrade(path: Path, revision: str = "head") -> None:
 
 def downgrade(path: Path, revision: str = "base") -> None:
     command.downgrade(alembic_config(path), revision)
+
+
+def revisions(path: Path) -> tuple[str | None, str]:
+    """(the database's revision, None where it has none yet; the newest revision this code knows)."""
+    from alembic.script import ScriptDirectory
+
+    head = ScriptDirectory.from_config(alembic_config(path)).get_current_head()
+    if head is None:
+        raise FileNotFoundError("the Alembic migrations folder has no revision")
+    if not path.exists():
+        return None, head
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as c:
+        try:
+            row = c.execute("SELECT version_num FROM alembic_version").fetchone()
+        except sqlite3.OperationalError:  # no alembic_version table: never migrated
+            row = None
+    return (str(row[0]) if row else None), head
+
+
+def backup(path: Path) -> Path:
+    """A consistent copy of the database beside it (SQLite's online backup: safe while the daemon writes),
+    named for its revision and the time: what an upgrade keeps before it migrates."""
+    current, _ = revisions(path)
+    target = path.with_name(f"{path.name}.backup-{current or 'none'}-{time.strftime('%Y%m%dT%H%M%S')}")
+    with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as src:
+        with contextlib.closing(sqlite3.connect(target)) as dst:
+            src.backup(dst)
+    target.chmod(0o600)
+    return target

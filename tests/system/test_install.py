@@ -1,0 +1,313 @@
+"""install.sh as an operator runs it, on a fresh host: a sandbox whose systemd reads units from a private
+/etc/systemd/system, with private /etc, /opt, /usr/local and /var (overlays: nothing reaches this
+machine's). The package comes from this checkout; the engines are fake ones on simulated GPUs, named by the
+operator's settings and profiles that exist before the install (install.sh must keep them)."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+import sys
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from daemon.sandbox import sandbox as sbx
+from daemon.sandbox.layout import GPU_COUNT, REPO, fake_engine_profile, free_port
+from tests.sandboxing import Api
+
+pytestmark = pytest.mark.timeout(900)
+SIM = Path("/opt/k25-sim")  # inside the host: fake GPU devices and model folders
+OLD = REPO / "tests/fixtures/k25-ctl-0.0.9"
+BASELINE = "vllm-kimi-k25-int4.service"
+
+
+class Host:
+    """A fresh-host sandbox and what the test needs of it."""
+
+    def __init__(self, info: sbx.SandboxInfo) -> None:
+        self.info = info
+        self.root = Path(f"/proc/{info.pid}/root")  # the host's file system as its processes see it
+        self.engine_port = free_port()
+
+    def path(self, p: str | Path) -> Path:
+        return self.root / str(p).lstrip("/")
+
+    def sh(
+        self, *argv: str, env: dict[str, str] | None = None, timeout: float = 600
+    ) -> subprocess.CompletedProcess[str]:
+        extra = [f"{k}={v}" for k, v in (env or {}).items()]
+        cmd = self.info.inside(list(argv))
+        at = cmd.index("env") + 1  # nsenter ... env K25_CONFIG=... ARGV
+        return subprocess.run(cmd[:at] + extra + cmd[at:], capture_output=True, text=True, timeout=timeout)
+
+    def install(
+        self, *args: str, env: dict[str, str] | None = None, script: Path = REPO / "install.sh"
+    ) -> str:
+        r = self.sh("bash", str(script), *args, env=env)
+        assert r.returncode == 0, f"install.sh {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}"
+        return r.stdout
+
+    def show(self, unit: str, prop: str) -> str:
+        return self.sh("systemctl", "show", "-P", prop, unit).stdout.strip()
+
+    def seed(self) -> None:
+        """What the operator has before installing: settings for this (GPU-less) host and a baseline
+        profile served by the fake engine."""
+        for i in range(GPU_COUNT):
+            self.path(SIM / "dev").mkdir(parents=True, exist_ok=True)
+            self.path(SIM / f"dev/nvidia{i}").write_bytes(b"\0" * 4096)
+        for d in ("Kimi-K2.5-INT4", "Kimi-K2.5-EAGLE3"):
+            self.path(SIM / "models" / d).mkdir(parents=True, exist_ok=True)
+        etc = self.path("/etc/k25-ctl")
+        (etc / "profiles.d").mkdir(parents=True)
+        settings = {
+            "gpu_backend": '"simulated"',
+            "gpu_device_glob": f'"{SIM}/dev/nvidia*"',
+            "port": str(self.info.port),
+            "term_grace_s": "5",
+            "kill_grace_s": "5",
+            "verify_timeout_s": "20",
+        }
+        (etc / "k25-ctl.toml").write_text("".join(f"{k} = {v}\n" for k, v in settings.items()))
+        profile = fake_engine_profile(
+            "baseline",
+            flavor="vllm",
+            port=self.engine_port,
+            models=SIM / "models",
+            load_seconds=1.0,
+            unit=BASELINE,
+        )
+        (etc / "profiles.d/baseline.toml").write_text(profile)
+
+    def api(self) -> Api:
+        return Api(self.info)
+
+    def unit_processes(self) -> list[tuple[str, str]]:
+        """(unit, command line) of every process of a service in this host but D-Bus and journald."""
+        out = []
+        for pid in sbx._namespace_pids(self.info.pid_ns, self.info.mnt_ns):
+            try:
+                groups = Path(f"/proc/{pid}/cgroup").read_text()
+                cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
+            except OSError:
+                continue
+            m = re.search(r"/system\.slice/([^/\n]+)", groups)
+            if m and m[1] not in ("dbus.service", "systemd-journald.service"):
+                out.append((m[1], cmd))
+        return out
+
+
+@pytest.fixture
+def host() -> Iterator[Host]:
+    info = sbx.up(fresh_host=True, port=free_port())
+    h = Host(info)
+    h.seed()
+    yield h
+    sbx.down(info)
+    assert sbx.leftovers(info) == []
+
+
+def _sql(h: Host, db: str, query: str) -> str:
+    """One value from a database of the host, read inside it (sqlite3 wants the file's own path)."""
+    py = f"import sqlite3; print(sqlite3.connect({db!r}).execute({query!r}).fetchone()[0])"
+    r = h.sh(sys.executable, "-c", py)
+    assert r.returncode == 0, r.stderr
+    return r.stdout.strip()
+
+
+def _runs(h: Host) -> int:
+    return int(_sql(h, "/var/lib/k25-ctl/k25.db", "select count(*) from runs"))
+
+
+def _untouched(h: Host) -> None:
+    for p in (
+        "/opt/k25-ctl",
+        "/usr/local/bin/k25-ctl",
+        "/var/lib/k25-ctl",
+        "/etc/systemd/system/k25-ctl.service",
+    ):
+        assert not h.path(p).exists(), p
+    assert sorted(p.name for p in h.path("/etc/k25-ctl").rglob("*")) == [
+        "baseline.toml",
+        "k25-ctl.toml",
+        "profiles.d",
+    ]
+
+
+def test_checks_fail_before_anything_is_touched(host: Host, tmp_path: Path) -> None:
+    script = host.path(SIM / "install.sh")  # where an unprivileged user can read it
+    shutil.copy(REPO / "install.sh", script)
+    script.chmod(0o755)
+    r = host.sh(
+        "setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "bash", str(SIM / "install.sh")
+    )
+    assert r.returncode == 1, r.stderr
+    assert "run as root" in r.stderr
+    old = host.path(SIM / "python3.9")
+    old.write_text('#!/bin/sh\n[ "$1" = -c ] && case $2 in *platform*) echo 3.9.18;; *) exit 1;; esac\n')
+    old.chmod(0o755)
+    r = host.sh("bash", str(REPO / "install.sh"), env={"PYTHON": str(SIM / "python3.9")})
+    assert r.returncode == 1, r.stdout
+    assert "Python >= 3.11 is required; found: /opt/k25-sim/python3.9 (3.9.18)" in r.stderr
+    # An index that refuses, and no other source of packages (pip's cache, extra indexes, local wheels).
+    offline = {"PIP_INDEX_URL": "http://127.0.0.1:9/simple", "PIP_EXTRA_INDEX_URL": "", "PIP_FIND_LINKS": "",
+               "PIP_NO_CACHE_DIR": "1", "PIP_RETRIES": "0", "PIP_CONFIG_FILE": "/dev/null"}  # fmt: skip
+    r = host.sh("bash", str(REPO / "install.sh"), env=offline)
+    assert r.returncode == 1, r.stdout
+    assert "cannot get k25-ctl's packages from the package index" in r.stderr
+    assert "PIP_INDEX_URL" in r.stderr
+    assert "Nothing was changed" in r.stderr
+    if not Path("/run/systemd/system").exists():  # outside the sandbox, on a machine without systemd as init
+        out = subprocess.run(["bash", str(REPO / "install.sh")], capture_output=True, text=True, check=False)
+        assert out.returncode == 1
+        assert "systemd is not running as init" in out.stderr
+    dry = host.install("--dry-run")
+    assert "would: install k25-ctl into /opt/k25-ctl/venv" in dry
+    assert "would: start k25-ctl.service" in dry
+    assert dry.strip().endswith("nothing was changed")
+    _untouched(host)
+
+
+def test_a_fresh_install_serves_and_a_second_changes_nothing(host: Host) -> None:
+    out = host.install()
+    assert host.show("k25-ctl.service", "ActiveState") == "active", out
+    status = host.show("k25-ctl.service", "StatusText")
+    assert status.startswith("idle"), status
+    assert f"k25-ctl.service: {status}" in out
+    assert httpx.get(host.info.url + "/healthz", timeout=10).status_code == 200
+    token = host.path("/etc/k25-ctl/token")
+    assert token.stat().st_mode & 0o777 == 0o600
+    assert host.path("/usr/local/bin/k25-ctl").readlink() == Path("/opt/k25-ctl/venv/bin/k25-ctl")
+    # The operator's profile and settings kept; the stock profiles it lacked added.
+    assert "fake_engine" in host.path("/etc/k25-ctl/profiles.d/baseline.toml").read_text()
+    assert {p.name for p in host.path("/etc/k25-ctl/profiles.d").iterdir()} == {
+        "baseline.toml", "vllm-eagle3.toml", "sglang-eagle3.toml"}  # fmt: skip
+    # The hardened unit in force: 4 capabilities (dac_read_search 2, fowner 3, kill 5, sys_ptrace 19),
+    # no new privileges, a seccomp filter, a read-only /usr.
+    proc = host.path(
+        f"/proc/{host.show('k25-ctl.service', 'MainPID')}/status"
+    ).read_text()  # its PID namespace
+    assert re.search(r"^CapBnd:\s+0*8002c$", proc, re.M), proc
+    assert re.search(r"^NoNewPrivs:\s+1$", proc, re.M)
+    assert re.search(r"^Seccomp:\s+2$", proc, re.M)
+    unit = host.path("/etc/systemd/system/k25-ctl.service").read_text()
+    assert "ExecStart=/opt/k25-ctl/venv/bin/k25-ctl serve" in unit
+    assert "ProtectSystem=strict" in unit
+    run = host.api().activate("baseline")  # with the token install.sh made
+    assert run["outcome"] == "active", run["error"]
+    assert host.show(BASELINE, "ActiveState") == "active"
+    pid, files = host.show("k25-ctl.service", "MainPID"), _snapshot(host)
+    again = host.install()
+    assert again.strip().splitlines()[-1] == "nothing to change", again
+    assert host.show("k25-ctl.service", "MainPID") == pid
+    assert _snapshot(host) == files
+
+
+def _snapshot(h: Host) -> dict[str, tuple[int, int]]:
+    """(size, mtime) of every file install.sh writes outside the venv."""
+    out = {}
+    for top in ("/etc/k25-ctl", "/etc/systemd/system", "/opt/k25-ctl"):
+        for p in h.path(top).rglob("*"):
+            if "/venv/" not in str(p) and p.is_file():
+                st = p.stat()
+                out[str(p)] = (st.st_size, st.st_mtime_ns)
+    return out
+
+
+def test_a_hand_written_baseline_unit_is_kept_adopted_and_outlives_an_uninstall(host: Host) -> None:
+    unit = (
+        "[Unit]\nDescription=vLLM Kimi-K2.5 INT4 (written by hand)\n\n[Service]\n"
+        f"ExecStart={sys.executable} -m daemon.sandbox.fake_engine --flavor vllm --port {host.engine_port} "
+        f"--served-model-name kimi-k2.5 --model {SIM}/models/Kimi-K2.5-INT4 --load-seconds 1 --device-dir {SIM}/dev\n"
+        f"WorkingDirectory={REPO}\n\n[Install]\nWantedBy=multi-user.target\n"
+    )
+    host.path(f"/etc/systemd/system/{BASELINE}").write_text(unit)
+    host.sh("systemctl", "daemon-reload")
+    assert host.sh("systemctl", "start", BASELINE).returncode == 0
+    engine = host.show(BASELINE, "MainPID")
+    out = host.install()
+    assert f"found /etc/systemd/system/{BASELINE}: not k25-ctl's; keeping it and adopting it" in out
+    assert host.path(f"/etc/systemd/system/{BASELINE}").read_text() == unit
+    profile = host.path("/etc/k25-ctl/profiles.d/baseline.toml").read_text()
+    assert tomllib.loads(profile)["adopt"] is True
+    assert "command = " in profile  # the operator's profile kept, one key added
+    api = host.api()
+    st = api.wait_until(lambda: (s := api.status())["state"] == "active" and s, what="baseline adopted")
+    assert st["active_profile"] == "baseline"
+    assert host.show(BASELINE, "MainPID") == engine  # running on, never restarted
+    assert host.install().strip().splitlines()[-1] == "nothing to change"
+
+    out = host.install("--uninstall")
+    assert f"kept /etc/systemd/system/{BASELINE}: the operator's own unit" in out
+    for p in ("/opt/k25-ctl", "/usr/local/bin/k25-ctl", "/etc/systemd/system/k25-ctl.service",
+              "/etc/systemd/system/k25-engine@.service"):  # fmt: skip
+        assert not host.path(p).exists(), p
+    assert host.show("k25-ctl.service", "LoadState") == "not-found"
+    assert host.show(BASELINE, "MainPID") == engine
+    left = host.unit_processes()
+    assert left
+    assert {unit for unit, _ in left} == {BASELINE}, left
+    assert host.path("/var/lib/k25-ctl/k25.db").exists()
+    assert host.path("/etc/k25-ctl/token").exists()
+
+
+def _older_install(h: Host, tmp: Path) -> None:
+    """k25-ctl 0.0.9 as its own install.sh laid it out (tests/fixtures/k25-ctl-0.0.9)."""
+    src = tmp / "k25-ctl-0.0.9"
+    src.mkdir()
+    for part in ("daemon", "migrations", "profiles", "README.md"):
+        (shutil.copytree if (REPO / part).is_dir() else shutil.copy)(REPO / part, src / part)
+    (src / "pyproject.toml").write_text(
+        re.sub(r'^version = ".*"$', 'version = "0.0.9"', (REPO / "pyproject.toml").read_text(), flags=re.M)
+    )
+    shutil.copytree(OLD / "units", src / "units")
+    shutil.copy(OLD / "install.sh", src / "install.sh")
+    h.install(script=src / "install.sh")
+
+
+def test_an_upgrade_backs_up_and_migrates_the_database_and_leaves_the_engine_running(
+    host: Host, tmp_path: Path
+) -> None:
+    _older_install(host, tmp_path)
+    assert host.show("k25-ctl.service", "ActiveState") == "active"
+    assert host.api().activate("baseline")["outcome"] == "active"
+    engine = host.show(BASELINE, "MainPID")
+    # The older daemon's database at an older schema, runs in it (as 0.0.9's migrations left it).
+    assert host.sh("systemctl", "stop", "k25-ctl.service").returncode == 0
+    py = "from daemon.store.db import downgrade; from pathlib import Path; downgrade(Path('/var/lib/k25-ctl/k25.db'), '0003')"
+    assert host.sh("/opt/k25-ctl/venv/bin/python", "-c", py).returncode == 0
+    runs = _runs(host)
+    assert runs >= 1
+
+    out = host.install()
+    assert "upgrade /opt/k25-ctl/venv (was 0.0.9)" in out, out
+    backup = re.search(r"database backup: (\S+)", out)
+    assert backup is not None, out
+    assert re.fullmatch(r"/var/lib/k25-ctl/k25\.db\.backup-0003-\d{8}T\d{6}", backup[1])
+    assert _sql(host, backup[1], "select version_num from alembic_version") == "0003"
+    assert host.sh("/opt/k25-ctl/venv/bin/k25-ctl", "db", "status").returncode == 0
+    assert _runs(host) == runs
+    assert host.show("k25-ctl.service", "ActiveState") == "active"
+    assert host.show(BASELINE, "MainPID") == engine  # the engine never noticed
+    assert "ProtectSystem=strict" in host.path("/etc/systemd/system/k25-ctl.service").read_text()
+    assert not host.path("/opt/k25-ctl/daemon").exists()  # 0.0.9's copy of the sources
+    api = host.api()
+    st = api.wait_until(lambda: (s := api.status())["state"] == "active" and s, what="engine adopted")
+    assert st["active_profile"] == "baseline"
+
+    out = host.install("--uninstall")
+    for p in (
+        "/opt/k25-ctl",
+        "/usr/local/bin/k25-ctl",
+        *(f"/etc/systemd/system/{u.name}" for u in OLD.glob("units/*")),
+    ):
+        assert not host.path(p).exists(), p
+    assert host.unit_processes() == []
+    assert host.path("/var/lib/k25-ctl/k25.db").exists()
+    assert "kept /var/lib/k25-ctl (--purge removes it)" in out
+    assert host.install("--uninstall").strip().endswith("nothing to change")
