@@ -5,8 +5,9 @@
 #   sudo bash install.sh --dry-run               print every step; change nothing
 #   sudo bash install.sh --uninstall [--purge]   remove the units, the venv and the command; --purge
 #                                                also the database, profiles, settings and token
-# Options: --prefix DIR (the venv and docs; default /opt/k25-ctl), --no-start (install; start and
-# restart nothing). PYTHON=/path/to/python3.x picks the interpreter (default: the newest >= 3.11 on PATH).
+# Options: --prefix DIR (the venv and docs; default /opt/k25-ctl, or where an existing install is),
+# --no-start (install; start and restart nothing). PYTHON=/path/to/python3.x picks the interpreter
+# (default: the newest >= 3.11 on PATH).
 #
 # A second run with nothing new says "nothing to change". Existing profiles, settings and the token are
 # never overwritten. A vllm-kimi-k25-int4.service that is not k25-ctl's is kept and adopted (the baseline
@@ -25,7 +26,7 @@ BASELINE=vllm-kimi-k25-int4.service
 MARK="# Managed by k25-ctl's install.sh"
 STAMP=.k25-ctl-install # in the prefix: the fingerprint of the installed source
 
-START=1 DRY=0 UNINSTALL=0 PURGE=0
+START=1 DRY=0 UNINSTALL=0 PURGE=0 PREFIX_GIVEN=0
 changes=0 restart=0 adopted=0 py="" WORK=""
 
 say() { printf '%s\n' "$*"; }
@@ -34,7 +35,7 @@ die() {
   printf 'install: %b\n' "$*" >&2
   exit 1
 }
-usage() { sed -n '2,10p' "$0" | sed -E 's/^# ?//'; }
+usage() { sed -n '2,11p' "$0" | sed -E 's/^# ?//'; }
 
 # Every change goes through act: printed, and done unless --dry-run.
 act() {
@@ -51,8 +52,8 @@ act() {
 
 while [ $# -gt 0 ]; do
   case $1 in
-    --prefix) [ $# -ge 2 ] || die "--prefix needs a directory"; PREFIX=$2; shift 2 ;;
-    --prefix=*) PREFIX=${1#*=}; shift ;;
+    --prefix) [ $# -ge 2 ] || die "--prefix needs a directory"; PREFIX=$2 PREFIX_GIVEN=1; shift 2 ;;
+    --prefix=*) PREFIX=${1#*=} PREFIX_GIVEN=1; shift ;;
     --no-start) START=0; shift ;;
     --dry-run) DRY=1; shift ;;
     --uninstall) UNINSTALL=1; shift ;;
@@ -66,6 +67,11 @@ case $PREFIX in
   /?*) PREFIX=${PREFIX%/} ;;
   *) die "--prefix must be an absolute directory, not '$PREFIX'" ;;
 esac
+# Without --prefix, an existing install stays where it is (its unit says where).
+if [ "$PREFIX_GIVEN" = 0 ] && [ -f "$UNITS/$DAEMON" ] && grep -qF "$MARK" "$UNITS/$DAEMON"; then
+  found=$(sed -nE 's|^ExecStart=(/.+)/venv/bin/k25-ctl serve$|\1|p' "$UNITS/$DAEMON")
+  PREFIX=${found:-$PREFIX}
+fi
 K25="$PREFIX/venv/bin/k25-ctl"
 
 cleanup() { if [ -n "$WORK" ]; then rm -rf "$WORK"; fi; }

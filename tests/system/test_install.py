@@ -230,8 +230,13 @@ def test_a_hand_written_baseline_unit_is_kept_adopted_and_outlives_an_uninstall(
     host.sh("systemctl", "daemon-reload")
     assert host.sh("systemctl", "start", BASELINE).returncode == 0
     engine = host.show(BASELINE, "MainPID")
-    out = host.install()
+    out = host.install("--prefix", "/opt/k25")  # and not in the default place
     assert f"found /etc/systemd/system/{BASELINE}: not k25-ctl's; keeping it and adopting it" in out
+    assert (
+        "ExecStart=/opt/k25/venv/bin/k25-ctl serve"
+        in host.path("/etc/systemd/system/k25-ctl.service").read_text()
+    )
+    assert host.path("/usr/local/bin/k25-ctl").readlink() == Path("/opt/k25/venv/bin/k25-ctl")
     assert host.path(f"/etc/systemd/system/{BASELINE}").read_text() == unit
     profile = host.path("/etc/k25-ctl/profiles.d/baseline.toml").read_text()
     assert tomllib.loads(profile)["adopt"] is True
@@ -240,11 +245,12 @@ def test_a_hand_written_baseline_unit_is_kept_adopted_and_outlives_an_uninstall(
     st = api.wait_until(lambda: (s := api.status())["state"] == "active" and s, what="baseline adopted")
     assert st["active_profile"] == "baseline"
     assert host.show(BASELINE, "MainPID") == engine  # running on, never restarted
+    # Without --prefix, the existing install is found where it is.
     assert host.install().strip().splitlines()[-1] == "nothing to change"
 
     out = host.install("--uninstall")
     assert f"kept /etc/systemd/system/{BASELINE}: the operator's own unit" in out
-    for p in ("/opt/k25-ctl", "/usr/local/bin/k25-ctl", "/etc/systemd/system/k25-ctl.service",
+    for p in ("/opt/k25", "/usr/local/bin/k25-ctl", "/etc/systemd/system/k25-ctl.service",
               "/etc/systemd/system/k25-engine@.service"):  # fmt: skip
         assert not host.path(p).exists(), p
     assert host.show("k25-ctl.service", "LoadState") == "not-found"
