@@ -174,7 +174,14 @@ def test_checks_fail_before_anything_is_touched(host: Host, tmp_path: Path) -> N
 
 
 def test_a_fresh_install_serves_and_a_second_changes_nothing(host: Host) -> None:
-    out = host.install()
+    staged = host.install("--no-start")
+    assert "not started (--no-start)" in staged
+    assert (host.show("k25-ctl.service", "ActiveState"), host.show("k25-ctl.service", "UnitFileState")) == (
+        "inactive", "disabled")  # fmt: skip
+    assert host.path("/var/lib/k25-ctl/k25.db").exists()
+    out = host.install()  # the venv is current: enable and start
+    assert "install k25-ctl" not in out
+    assert "enable k25-ctl.service" in out
     assert host.show("k25-ctl.service", "ActiveState") == "active", out
     status = host.show("k25-ctl.service", "StatusText")
     assert status.startswith("idle"), status
@@ -276,6 +283,17 @@ def _older_install(h: Host, tmp: Path) -> None:
     h.install(script=src / "install.sh")
 
 
+def _next_version(tmp: Path) -> Path:
+    """This checkout with one change in the package: what the next release's checkout is to install.sh."""
+    src = tmp / "k25-ctl-next"
+    src.mkdir()
+    for part in ("daemon", "migrations", "profiles", "units", "README.md", "pyproject.toml", "install.sh"):
+        (shutil.copytree if (REPO / part).is_dir() else shutil.copy)(REPO / part, src / part)
+    with (src / "daemon/__init__.py").open("a") as f:
+        f.write("# the next version\n")
+    return src
+
+
 def test_an_upgrade_backs_up_and_migrates_the_database_and_leaves_the_engine_running(
     host: Host, tmp_path: Path
 ) -> None:
@@ -304,6 +322,17 @@ def test_an_upgrade_backs_up_and_migrates_the_database_and_leaves_the_engine_run
     assert not host.path("/opt/k25-ctl/daemon").exists()  # 0.0.9's copy of the sources
     api = host.api()
     st = api.wait_until(lambda: (s := api.status())["state"] == "active" and s, what="engine adopted")
+    assert st["active_profile"] == "baseline"
+
+    # The next version over a running daemon: the daemon restarts, the engine serves on, no migration due.
+    daemon = host.show("k25-ctl.service", "MainPID")
+    out = host.install(script=_next_version(tmp_path) / "install.sh")
+    assert "upgrade /opt/k25-ctl/venv (was 0.1.0)" in out, out
+    assert "restart k25-ctl.service (engines keep running)" in out
+    assert "database backup" not in out
+    assert host.show("k25-ctl.service", "MainPID") != daemon
+    assert host.show(BASELINE, "MainPID") == engine
+    st = api.wait_until(lambda: (s := api.status())["state"] == "active" and s, what="engine adopted again")
     assert st["active_profile"] == "baseline"
 
     out = host.install("--uninstall")
