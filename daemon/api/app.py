@@ -214,9 +214,13 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
         warms.start_refresh()
         app.state.controller = controller
         hub = recorder.hub
-        if store.recovered:
-            log.error("runs database: %s", store.recovered)
-            hub.update(warnings=(f"runs database: {store.recovered}",))
+        warnings = [f"runs database: {store.recovered}"] if store.recovered else []
+        if access := await asyncio.to_thread(host.teardown.procs.access_problem):
+            warnings.append(access)
+        for w in warnings:
+            log.error("%s", w)
+        if warnings:
+            hub.update(warnings=tuple(warnings))
         sd_notify(f"READY=1\nSTATUS={describe(hub.status)}")
         notifier = asyncio.create_task(_notify_status(hub))
         with _reload_on_sighup(controller):

@@ -39,6 +39,7 @@ class ProcessView(Protocol):
     def cgroup_pids(self, control_group: str) -> list[int]: ...
     def listeners(self, ports: tuple[int, ...]) -> dict[int, list[int | None]]: ...
     def mapped(self, pattern: str) -> dict[str, set[int]]: ...
+    def access_problem(self) -> str | None: ...
 
 
 def _read(path: Path) -> str:
@@ -217,6 +218,22 @@ class ProcfsProcesses:
 
     def mapped(self, pattern: str) -> dict[str, set[int]]:
         return mapped_by_live(pattern)
+
+    def access_problem(self) -> str | None:
+        """Why other processes' memory maps cannot be read, or None. PID 1 holds every capability, so a
+        daemon whose capabilities are bounded (k25-ctl.service) reads its maps only with CAP_SYS_PTRACE;
+        without it the scan above silently sees no mapping, and GPU holders go unnoticed."""
+        try:
+            with open("/proc/1/maps", "rb") as f:  # noqa: PTH123 - as the scan reads it
+                f.read(1)
+        except PermissionError as e:
+            return (
+                f"cannot read other processes' memory maps (/proc/1/maps: {e.strerror}): teardown cannot "
+                "see which processes map the GPUs; the daemon needs CAP_SYS_PTRACE"
+            )
+        except OSError:
+            return None
+        return None
 
     def listeners(self, ports: tuple[int, ...]) -> dict[int, list[int | None]]:
         """Port -> PIDs listening on it over TCP (None: a socket whose process is outside our PID

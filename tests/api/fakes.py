@@ -177,6 +177,9 @@ class NoProcs:
     def listeners(self, ports: tuple[int, ...]) -> dict[int, list[int | None]]:
         return {}
 
+    def access_problem(self) -> str | None:
+        return None
+
     def mapped(self, pattern: str) -> dict[str, set[int]]:
         return {}
 

@@ -160,3 +160,17 @@ def test_daemon_killed_mid_switch_is_reconciled(api: Api, sandbox: SandboxInfo) 
         assert c.execute("pragma integrity_check").fetchone()[0] == "ok"
         assert c.execute("select count(*) from runs where id = ?", (run_id,)).fetchone()[0] == 1
     assert api.activate("baseline", force=True)["outcome"] == "active"
+
+
+def test_the_hardened_daemon_sees_gpu_holders_by_their_mappings(api: Api) -> None:
+    """k25-ctl.service bounds the daemon's capabilities; reading an engine's /proc/PID/maps then needs
+    CAP_SYS_PTRACE. Without it the plan would still find engines by title, but no GPU context or mapping."""
+    api.activate("baseline")  # a switch, or 200 when baseline already serves
+    st = api.wait_until(lambda: (s := api.status())["active_profile"] == "baseline" and s, what="baseline")
+    assert st["warnings"] == []
+    plan = api.client.get("/teardown/plan").json()
+    workers = [v for v in plan["victims"] if v["title"].startswith("VLLM::Worker_TP")]
+    assert len(workers) == 8, plan["victims"]
+    for w in workers:
+        assert any(r.startswith("maps ") for r in w["reasons"]), w
+        assert any(r.startswith("GPU context on GPU ") for r in w["reasons"]), w

@@ -75,6 +75,9 @@ class _Procs:
     def listeners(self, ports: tuple[int, ...]) -> dict[int, list[int | None]]:
         return {}
 
+    def access_problem(self) -> str | None:
+        return None
+
     def mapped(self, pattern: str) -> dict[str, set[int]]:
         held: dict[str, set[int]] = {}
         for p in self.procs:
