@@ -268,7 +268,11 @@ migrate() {
     act "create or migrate the runs database (k25-ctl db upgrade)" true
     return
   fi
-  status=$("$K25" db status 2>&1) && return 0
+  local rc=0
+  status=$("$K25" db status 2>&1) || rc=$?
+  [ "$rc" != 0 ] || return 0
+  # 3: behind (or none yet); anything else is an error to show before the daemon is touched.
+  [ "$rc" = 3 ] || die "k25-ctl db status failed (exit $rc):\n$status"
   case $status in
     *"no database yet"*)
       act "create the runs database" "$K25" db upgrade
@@ -293,7 +297,11 @@ backup_db() { say "  database backup: $("$K25" db backup)"; }
 
 start_daemon() {
   if [ "$START" = 0 ]; then
-    say "not started (--no-start): systemctl enable --now $DAEMON"
+    if [ "$restart" = 1 ] && [ "$(systemctl is-active "$DAEMON" 2>/dev/null || true)" = active ]; then
+      say "not restarted (--no-start): $DAEMON runs the previous code until: systemctl restart $DAEMON"
+    else
+      say "not started (--no-start): systemctl enable --now $DAEMON"
+    fi
     return
   fi
   [ "$(systemctl is-enabled "$DAEMON" 2>/dev/null || true)" = enabled ] ||
