@@ -27,9 +27,11 @@ MARK="# Managed by k25-ctl's install.sh"
 STAMP=.k25-ctl-install # in the prefix: the fingerprint of the installed source
 
 START=1 DRY=0 UNINSTALL=0 PURGE=0 PREFIX_GIVEN=0
-changes=0 restart=0 adopted=0 py="" WORK=""
+changes=0 restart=0 adopted=0 py="" WORK="" SOURCE="" current=0
 
 say() { printf '%s\n' "$*"; }
+is_active() { [ "$(systemctl is-active "$1" 2>/dev/null)" = active ]; }
+is_enabled() { [ "$(systemctl is-enabled "$1" 2>/dev/null)" = enabled ]; }
 die() {
   local IFS=
   printf 'install: %b\n' "$*" >&2
@@ -149,15 +151,17 @@ unit_file() {
   printf '%s' "$f"
 }
 
-# k25-ctl's own: our mark, or (an older install.sh) an ExecStart that runs k25-ctl.
-unit_is_ours() { grep -qF "$MARK" "$1" || grep -Eq '^ExecStart=.*/k25-ctl (serve|launch)' "$1"; }
+# k25-ctl's own: our mark, or (an older install.sh) an ExecStart that runs k25-ctl. False when none.
+unit_is_ours() {
+  [ -n "$1" ] && [ -e "$1" ] && { grep -qF "$MARK" "$1" || grep -Eq '^ExecStart=.*/k25-ctl (serve|launch)' "$1"; }
+}
 
 check_units() {
   local u name f
   for u in "$SRC"/units/*.service; do
     name=$(basename "$u")
     f=$(unit_file "$name")
-    if [ -z "$f" ] || [ ! -e "$f" ] || unit_is_ours "$f"; then continue; fi
+    if [ -z "$f" ] || [ ! -e "$f" ] || unit_is_ours "$f"; then continue; fi  # none, or ours
     if [ "$name" = "$BASELINE" ]; then
       adopted=1
     else
@@ -186,13 +190,17 @@ install_units() {
 
 # ---- files ------------------------------------------------------------------------------------------
 
-venv_is_current() {
-  [ -e "$PREFIX/$STAMP" ] && [ "$(cat "$PREFIX/$STAMP")" = "$(fingerprint)" ] &&
-    "$PREFIX/venv/bin/python" -I -c 'import daemon.cli' 2>/dev/null
+# Sets SOURCE (this checkout's fingerprint) and current (1: the venv holds exactly it).
+check_venv() {
+  SOURCE=$(fingerprint)
+  if [ -e "$PREFIX/$STAMP" ] && [ "$(cat "$PREFIX/$STAMP")" = "$SOURCE" ] &&
+    "$PREFIX/venv/bin/python" -I -c 'import daemon.cli' 2>/dev/null; then
+    current=1
+  fi
 }
 
 install_venv() {
-  ! venv_is_current || return 0
+  [ "$current" = 0 ] || return 0
   local what="install k25-ctl into $PREFIX/venv"
   [ ! -x "$K25" ] || what="upgrade $PREFIX/venv (was $("$PREFIX/venv/bin/python" -I -c \
     'import importlib.metadata as m; print(m.version("k25-ctl"))' 2>/dev/null || echo unknown))"
@@ -207,7 +215,7 @@ install_venv() {
   restart=1
 }
 
-stamp() { fingerprint >"$PREFIX/$STAMP"; }
+stamp() { printf '%s\n' "$SOURCE" >"$PREFIX/$STAMP"; }
 
 pip_install() {
   local wheel pip=("$PREFIX/venv/bin/python" -m pip install -q --disable-pip-version-check --no-index
@@ -279,15 +287,11 @@ migrate() {
       return
       ;;
   esac
-  local active
-  active=$(systemctl is-active "$DAEMON" 2>/dev/null || true)
-  if [ "$active" = active ] && [ "$START" = 0 ]; then
+  if is_active "$DAEMON" && [ "$START" = 0 ]; then
     say "the database needs migrations ($status); the running daemon migrates it when restarted"
     return
   fi
-  if [ "$active" = active ]; then
-    act "stop $DAEMON for the migration (engines keep running)" systemctl stop "$DAEMON"
-  fi
+  ! is_active "$DAEMON" || act "stop $DAEMON for the migration (engines keep running)" systemctl stop "$DAEMON"
   act "back up the database before migrating" backup_db
   act "migrate the database ($status)" "$K25" db upgrade
   restart=1
@@ -297,23 +301,20 @@ backup_db() { say "  database backup: $("$K25" db backup)"; }
 
 start_daemon() {
   if [ "$START" = 0 ]; then
-    if [ "$restart" = 1 ] && [ "$(systemctl is-active "$DAEMON" 2>/dev/null || true)" = active ]; then
+    if [ "$restart" = 1 ] && is_active "$DAEMON"; then
       say "not restarted (--no-start): $DAEMON runs the previous code until: systemctl restart $DAEMON"
     else
       say "not started (--no-start): systemctl enable --now $DAEMON"
     fi
     return
   fi
-  [ "$(systemctl is-enabled "$DAEMON" 2>/dev/null || true)" = enabled ] ||
-    act "enable $DAEMON" systemctl enable -q "$DAEMON"
-  local active
-  active=$(systemctl is-active "$DAEMON" 2>/dev/null || true)
-  if [ "$active" != active ]; then
+  is_enabled "$DAEMON" || act "enable $DAEMON" systemctl enable -q "$DAEMON"
+  if ! is_active "$DAEMON"; then
     act "start $DAEMON" systemctl start "$DAEMON"
   elif [ "$restart" = 1 ]; then
     act "restart $DAEMON (engines keep running)" systemctl restart "$DAEMON"
   fi
-  [ "$DRY" = 1 ] || [ "$(systemctl is-active "$DAEMON" || true)" = active ] ||
+  [ "$DRY" = 1 ] || is_active "$DAEMON" ||
     die "$DAEMON did not stay active: journalctl -u $DAEMON -n 50"
 }
 
@@ -321,28 +322,24 @@ start_daemon() {
 
 uninstall() {
   local f u
-  f=$(unit_file "$DAEMON")
-  if [ -n "$f" ] && [ -e "$f" ] && unit_is_ours "$f"; then
-    [ "$(systemctl is-active "$DAEMON" 2>/dev/null || true)" != active ] ||
-      act "stop $DAEMON" systemctl stop "$DAEMON"
-    [ "$(systemctl is-enabled "$DAEMON" 2>/dev/null || true)" != enabled ] ||
-      act "disable $DAEMON" systemctl disable -q "$DAEMON"
+  if unit_is_ours "$(unit_file "$DAEMON")"; then
+    ! is_active "$DAEMON" || act "stop $DAEMON" systemctl stop "$DAEMON"
+    ! is_enabled "$DAEMON" || act "disable $DAEMON" systemctl disable -q "$DAEMON"
   fi
   # Engines started from k25-ctl's units stop with them; the operator's own unit keeps running.
   while read -r u _; do
     act "stop $u" systemctl stop "$u"
   done < <(systemctl list-units --plain --no-legend --state=active 'k25-engine@*')
   f=$(unit_file "$BASELINE")
-  if [ -n "$f" ] && [ -e "$f" ] && unit_is_ours "$f"; then
-    [ "$(systemctl is-active "$BASELINE" 2>/dev/null || true)" != active ] ||
-      act "stop $BASELINE" systemctl stop "$BASELINE"
+  if unit_is_ours "$f"; then
+    ! is_active "$BASELINE" || act "stop $BASELINE" systemctl stop "$BASELINE"
   elif [ -n "$f" ]; then
     say "kept $f: the operator's own unit"
   fi
   local removed=0
   for u in "$SRC"/units/*.service; do
     f="$UNITS/$(basename "$u")"
-    if [ -e "$f" ] && unit_is_ours "$f"; then
+    if unit_is_ours "$f"; then
       act "remove $f" rm -f "$f"
       removed=1
     fi
@@ -370,7 +367,8 @@ else
   find_python
   check_units
   [ "$adopted" = 0 ] || say "found $(unit_file "$BASELINE"): not k25-ctl's; keeping it and adopting it"
-  venv_is_current || [ "$DRY" = 1 ] || fetch_packages
+  check_venv
+  [ "$current" = 1 ] || [ "$DRY" = 1 ] || fetch_packages
   install_files
   adopt_baseline
   install_units
