@@ -285,13 +285,8 @@ class ServingWatch:
         s = self.settings
         p, engine = serving.lp.profile, engine_for(serving.lp.profile)
         fails, last_gen, moved = 0, None, time.monotonic()
-        first = True
+        # The first scrape at once (the serving run's counters start where it starts), then one a period.
         while True:
-            # The first scrape at once: the serving run's counters start where it starts. Then the watch's
-            # period (liveness has no event to wait for).
-            if not first:
-                await asyncio.sleep(s.watch_interval_s)
-            first = False
             code, bodies = await asyncio.gather(
                 self.engines.health(p, engine, timeout_s=s.health_timeout_s),
                 self.engines.scrape(p, engine, timeout_s=s.health_timeout_s),
@@ -315,13 +310,15 @@ class ServingWatch:
                         f"(generation counter at {gen:.0f})"
                     )
             await self._health(serving, evidence)
+            await asyncio.sleep(s.watch_interval_s)  # the watch's period: liveness has no event to wait for
 
     async def _final_scrape(self, serving: Serving) -> None:
         p = serving.lp.profile
+        engine = engine_for(p)
         with contextlib.suppress(Exception):  # the engine may be going away: then the last row stands
-            bodies = await self.engines.scrape(p, engine_for(p), timeout_s=self.settings.health_timeout_s)
+            bodies = await self.engines.scrape(p, engine, timeout_s=self.settings.health_timeout_s)
             if bodies:
-                await self._record(serving, engine_for(p).snapshot(p, bodies), time.monotonic())
+                await self._record(serving, engine.snapshot(p, bodies), time.monotonic())
 
     async def _record(self, serving: Serving, snap: MetricsSnapshot, now: float) -> None:
         window = serving.window

@@ -1,6 +1,6 @@
-"""The page cache, for weight files: how much of a file is resident (mincore over a read-only mapping), and
-reading files into it (large sequential reads with readahead hints, at idle I/O priority when asked).
-Nothing here evicts: `evict` exists for benchmarks and tests on their own files only."""
+"""The page cache, for weight files: how much of a file is resident (cachestat, or mincore over a read-only
+mapping), and reading files into it (large sequential reads with readahead hints, at idle I/O priority when
+asked). Nothing here evicts: `evict` exists for benchmarks and tests on their own files only."""
 
 from __future__ import annotations
 
@@ -78,7 +78,7 @@ def _cachestat(fd: int) -> int | None:
         return None
     out = _Cachestat()
     if _libc.syscall(_CACHESTAT, fd, ctypes.byref(_Range(0, 0)), ctypes.byref(out), 0) != 0:
-        _cachestat_works = False  # ENOSYS: an older kernel, mincore from now on
+        _cachestat_works = False  # ENOSYS (older kernel) or EPERM (a seccomp filter): mincore from now on
         return None
     return int(out.nr_cache)
 

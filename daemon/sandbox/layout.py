@@ -68,12 +68,10 @@ def render_unit(text: str, config: Path, root: Path, binds: tuple[Path, ...] = (
     text = text.replace("TimeoutStopSec=30", f"TimeoutStopSec={ENGINE_STOP_TIMEOUT_S}")
     text = re.sub(r"^(State|Configuration|Cache)Directory(Mode)?=.*\n", "", text, flags=re.M)
     env = f"Environment=K25_CONFIG={config}\nEnvironment=PYTHONUNBUFFERED=1\nWorkingDirectory={REPO}\n"
-    if "PrivateTmp=yes" in text:
-        env += "".join(f"BindPaths={p}\n" for p in (root, *binds))
+    if "PrivateTmp=yes" in text or "ProtectSystem=strict" in text:  # the daemon's unit
+        env += "".join(f"BindPaths={p}\n" for p in (root, *binds))  # visible and writable
         if any(REPO.is_relative_to(t) for t in (Path("/tmp"), Path("/var/tmp"))):
             env += f"BindReadOnlyPaths={REPO}\n"
-    elif "ProtectSystem=strict" in text:
-        env += f"ReadWritePaths={root}\n"
     return text.replace("[Service]\n", "[Service]\n" + env, 1)
 
 

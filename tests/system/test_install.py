@@ -269,12 +269,17 @@ def test_a_hand_written_baseline_unit_is_kept_adopted_and_outlives_an_uninstall(
     assert host.path("/etc/k25-ctl/token").exists()
 
 
+def _checkout(dst: Path, *parts: str) -> Path:
+    """A copy of these parts of this checkout (folders and files), as another release's checkout."""
+    dst.mkdir()
+    for part in parts:
+        (shutil.copytree if (REPO / part).is_dir() else shutil.copy)(REPO / part, dst / part)
+    return dst
+
+
 def _older_install(h: Host, tmp: Path) -> None:
     """k25-ctl 0.0.9 as its own install.sh laid it out (tests/fixtures/k25-ctl-0.0.9)."""
-    src = tmp / "k25-ctl-0.0.9"
-    src.mkdir()
-    for part in ("daemon", "migrations", "profiles", "README.md"):
-        (shutil.copytree if (REPO / part).is_dir() else shutil.copy)(REPO / part, src / part)
+    src = _checkout(tmp / "k25-ctl-0.0.9", "daemon", "migrations", "profiles", "README.md")
     (src / "pyproject.toml").write_text(
         re.sub(r'^version = ".*"$', 'version = "0.0.9"', (REPO / "pyproject.toml").read_text(), flags=re.M)
     )
@@ -285,10 +290,8 @@ def _older_install(h: Host, tmp: Path) -> None:
 
 def _next_version(tmp: Path) -> Path:
     """This checkout with one change in the package: what the next release's checkout is to install.sh."""
-    src = tmp / "k25-ctl-next"
-    src.mkdir()
-    for part in ("daemon", "migrations", "profiles", "units", "README.md", "pyproject.toml", "install.sh"):
-        (shutil.copytree if (REPO / part).is_dir() else shutil.copy)(REPO / part, src / part)
+    src = _checkout(tmp / "k25-ctl-next", "daemon", "migrations", "profiles", "units", "README.md",
+                    "pyproject.toml", "install.sh")  # fmt: skip
     with (src / "daemon/__init__.py").open("a") as f:
         f.write("# the next version\n")
     return src
