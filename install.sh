@@ -194,7 +194,7 @@ install_units() {
 check_venv() {
   SOURCE=$(fingerprint)
   if [ -e "$PREFIX/$STAMP" ] && [ "$(cat "$PREFIX/$STAMP")" = "$SOURCE" ] &&
-    "$PREFIX/venv/bin/python" -I -c 'import daemon.cli' 2>/dev/null; then
+    "$PREFIX/venv/bin/python" -I -c 'import daemon.cli.main' 2>/dev/null; then
     current=1
   fi
 }
@@ -246,7 +246,7 @@ install_files() {
   fi
 }
 
-settings_file() { printf '# k25-ctl settings: every key is in daemon/settings.py\n' >"$ETC/k25-ctl.toml"; }
+settings_file() { printf '# k25-ctl settings: every key is in daemon/core/settings.py\n' >"$ETC/k25-ctl.toml"; }
 new_token() { (umask 077 && "$py" -c 'import secrets; print(secrets.token_urlsafe(32))' >"$ETC/token"); }
 
 # A top-level key: before the first [table] of the file, or at its end.

@@ -17,36 +17,36 @@ from fastapi import FastAPI
 
 from daemon.api import routes
 from daemon.api.auth import load_token
+from daemon.api.benchmark_controller import BenchController
+from daemon.api.controller import Controller
 from daemon.api.http import SseGate, install
 from daemon.api.schemas import HealthOut
-from daemon.bench.client import new_client
-from daemon.bench.runner import BenchmarkRunner, HttpFactory
-from daemon.benchmarks import Benchmarks
-from daemon.controller import Controller
-from daemon.controller_bench import BenchController
-from daemon.engine_client import EnginePort, Prober
-from daemon.errors import K25Error
+from daemon.benchmark.client import new_client
+from daemon.benchmark.experiments import Benchmarks
+from daemon.benchmark.runner import BenchmarkRunner, HttpFactory
+from daemon.core.errors import K25Error
+from daemon.core.hoststate import HostStatus, StateHub, describe
+from daemon.core.settings import Settings
+from daemon.engines.client import EnginePort, Prober
 from daemon.host.gpu import GpuView
 from daemon.host.journal import JournalctlJournal, JournalPort
 from daemon.host.notify import sd_notify
 from daemon.host.pagecache import PageCache, mem_available
 from daemon.host.systemd import SdbusSystemd, SystemdPort, open_system_bus
-from daemon.hoststate import HostStatus, StateHub, describe
-from daemon.inventory import Inventory
-from daemon.jobs import Jobs
-from daemon.launch import write_launch
-from daemon.reconcile import reconcile
-from daemon.recorder import RunRecorder
-from daemon.sampler import HostSampler
-from daemon.settings import Settings
+from daemon.runs.jobs import Jobs
+from daemon.runs.recorder import RunRecorder
+from daemon.serving.watch import ServingWatch
+from daemon.status.inventory import Inventory
+from daemon.status.sampler import HostSampler
 from daemon.store.bench import BenchStore
 from daemon.store.queries import Store
-from daemon.switch import Switcher, SwitchPorts
-from daemon.teardown_exec import Teardown
-from daemon.warm_service import WarmService
-from daemon.warming import Warmer
-from daemon.watch import ServingWatch
-from daemon.wiring import build_gpus, build_teardown
+from daemon.switching.launch import write_launch
+from daemon.switching.reconcile import reconcile
+from daemon.switching.transaction import Switcher, SwitchPorts
+from daemon.teardown.build import build_gpus, build_teardown
+from daemon.teardown.execute import Teardown
+from daemon.warming.service import WarmService
+from daemon.warming.warmer import Warmer
 
 log = logging.getLogger("k25.daemon")
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from fastapi import Request
 
-from daemon.errors import K25Error
+from daemon.core.errors import K25Error
 
 
 class Unauthorized(K25Error):

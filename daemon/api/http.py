@@ -19,8 +19,8 @@ from fastapi.staticfiles import StaticFiles
 from starlette.exceptions import HTTPException
 from starlette.routing import BaseRoute, Match
 
-from daemon.errors import K25Error
-from daemon.settings import Settings
+from daemon.core.errors import K25Error
+from daemon.core.settings import Settings
 
 log = logging.getLogger("k25.api")
 LOOPBACK_NAMES = ("127.0.0.1", "localhost", "::1")

@@ -13,6 +13,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from daemon.api import auth
 from daemon.api.bench_schemas import BenchmarkOut, CompareOut, ExperimentOut
+from daemon.api.controller import Controller
 from daemon.api.http import SseGate
 from daemon.api.schemas import (
     AcceptedOut,
@@ -26,9 +27,8 @@ from daemon.api.schemas import (
     TeardownPlanOut,
     TeardownRunOut,
 )
-from daemon.bench.spec import BenchmarkSpec
-from daemon.benchmarks import ExperimentRequest
-from daemon.controller import Controller
+from daemon.benchmark.experiments import ExperimentRequest
+from daemon.benchmark.spec import BenchmarkSpec
 
 
 def controller(request: Request) -> Controller:

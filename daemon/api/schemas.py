@@ -8,9 +8,9 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict
 
-from daemon import redact
-from daemon.profiles import SpeculativeConfig
-from daemon.watch import ServingNow
+from daemon.core import redact
+from daemon.core.profiles import SpeculativeConfig
+from daemon.serving.watch import ServingNow
 
 
 class Out(BaseModel):

@@ -8,7 +8,7 @@ from daemon.engines import custom, sglang, vllm
 from daemon.engines.base import Engine
 
 if TYPE_CHECKING:
-    from daemon.profiles import Profile
+    from daemon.core.profiles import Profile
 
 ENGINES: dict[str, Engine] = {e.name: e for e in (vllm.ENGINE, sglang.ENGINE, custom.ENGINE)}
 

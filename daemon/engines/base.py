@@ -31,7 +31,7 @@ COMMON_ERROR_RES = (
 )
 
 if TYPE_CHECKING:
-    from daemon.profiles import Profile
+    from daemon.core.profiles import Profile
 
 # Shared-memory names left by Python SharedMemory, NCCL, PyTorch and multiprocessing semaphores.
 COMMON_SHM_PATTERNS = ("psm_*", "nccl-*", "torch_*", "sem.mp-*")

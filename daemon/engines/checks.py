@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from daemon.core.profiles import (
+    InvalidProfile,
+    LoadedProfile,
+    Profile,
+    ProfileSet,
+    load_profiles,
+    parse_profile,
+)
 from daemon.engines import engine_for
-from daemon.profiles import InvalidProfile, LoadedProfile, Profile, ProfileSet, load_profiles, parse_profile
 
 
 def engine_check(profile: Profile) -> list[tuple[str, str]]:

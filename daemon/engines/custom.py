@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING
 from daemon.engines.base import Engine
 
 if TYPE_CHECKING:
-    from daemon.profiles import Profile
+    from daemon.core.profiles import Profile
 
 
 class CustomEngine(Engine):

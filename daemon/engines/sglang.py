@@ -22,7 +22,7 @@ from daemon.engines.base import (
 )
 
 if TYPE_CHECKING:
-    from daemon.profiles import Profile
+    from daemon.core.profiles import Profile
 
 SPEC_ALGORITHMS = {"eagle3": "EAGLE3", "eagle": "EAGLE"}
 

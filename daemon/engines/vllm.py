@@ -21,7 +21,7 @@ from daemon.engines.base import (
 )
 
 if TYPE_CHECKING:
-    from daemon.profiles import Profile
+    from daemon.core.profiles import Profile
 
 SPEC_METHODS = {"eagle3": "eagle3", "eagle": "eagle", "ngram": "ngram", "mtp": "mtp"}
 

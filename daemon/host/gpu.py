@@ -10,7 +10,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
-from daemon.errors import K25Error
+from daemon.core.errors import K25Error
 from daemon.host.procs import ProcessView
 
 

@@ -149,7 +149,7 @@ def read_file(
 
 def _populate(path: Path) -> None:
     """Fault the cached pages into a mapping of ours once (MADV_POPULATE_READ, Linux 5.14+; no copy): a
-    loader's first touch of its own mapping then costs what it does on a hot start (bench/warm.py: warmed
+    loader's first touch of its own mapping then costs what it does on a hot start (perf/warm.py: warmed
     load 1.1x the hot one after read() alone, ~1.0x with this)."""
     size = path.stat().st_size
     if size == 0:

@@ -13,7 +13,7 @@ from typing import Any, Literal, Protocol
 from sdbus import SdBus, sd_bus_open_system
 from sdbus.sd_bus_internals import SdBusBaseError
 
-from daemon.errors import HostTimeout, UnitNotFound
+from daemon.core.errors import HostTimeout, UnitNotFound
 from daemon.host.systemd_dbus import (
     MANAGER_IFACE,
     MANAGER_PATH,

@@ -12,7 +12,7 @@ from sdbus import (
 from sdbus.dbus_exceptions import DbusFailedError
 from sdbus.sd_bus_internals import SdBusBaseError
 
-from daemon.errors import AccessDenied, HostTimeout, K25Error, SystemdError, UnitNotFound
+from daemon.core.errors import AccessDenied, HostTimeout, K25Error, SystemdError, UnitNotFound
 
 SYSTEMD = "org.freedesktop.systemd1"
 MANAGER_PATH = "/org/freedesktop/systemd1"

@@ -18,13 +18,13 @@ from pathlib import Path
 import setproctitle
 import uvicorn
 
+from daemon.core.settings import load_settings
 from daemon.engines import base
 from daemon.engines import sglang as sg
 from daemon.engines import vllm as vl
 from daemon.host.pagecache import resident_bytes
 from daemon.sandbox.fake_http import FakeConfig, build_app
 from daemon.sandbox.fake_procs import WorkerSpec, log, shm_token, spawn, stop_workers
-from daemon.settings import load_settings
 
 FAULTS = (
     "crash-loading",

@@ -17,7 +17,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from daemon.errors import HostTimeout, K25Error, NotFound
+from daemon.core.errors import HostTimeout, K25Error, NotFound
 from daemon.sandbox.layout import REPO, free_port, write_base_units, write_tree
 
 SANDBOX_HOME = Path(os.environ.get("K25_SANDBOX_HOME", "/tmp/k25-sandboxes"))
@@ -298,7 +298,7 @@ def _destroy(root: Path, unshare_pid: int, init_pid: int | None, cgroups: list[s
 
 def start_profile(info: SandboxInfo, name: str) -> None:
     """Start a profile's engine unit inside the sandbox (systemctl waits for the start job)."""
-    from daemon.profiles import InvalidProfile, parse_profile
+    from daemon.core.profiles import InvalidProfile, parse_profile
 
     item = parse_profile(Path(info.dir) / "etc/profiles.d" / f"{name}.toml")
     if isinstance(item, InvalidProfile):

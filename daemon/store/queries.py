@@ -14,8 +14,8 @@ from sqlalchemy import Engine, func
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, select
 
-from daemon.errors import StoreError
-from daemon.run_types import FINAL_OUTCOMES, NewRun, Outcome, Phase, Progress, RunKind
+from daemon.core.errors import StoreError
+from daemon.core.run_types import FINAL_OUTCOMES, NewRun, Outcome, Phase, Progress, RunKind
 from daemon.store.db import healthy, make_engine, move_aside, private, upgrade
 from daemon.store.models import Run, RunEvent, TeardownRecord, utcnow
 

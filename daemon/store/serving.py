@@ -9,7 +9,7 @@ from itertools import groupby
 
 from sqlmodel import col, delete, select, update
 
-from daemon.run_types import Outcome, RunKind
+from daemon.core.run_types import Outcome, RunKind
 from daemon.store.models import Run, RunEvent, ServingMetric, TeardownRecord
 from daemon.store.queries import Store, require_run
 

@@ -14,9 +14,9 @@ import pytest
 from fastapi import FastAPI
 
 from daemon.api.app import HostPorts, create_app
+from daemon.core.settings import Settings
 from daemon.host.gpu import NoGpus
 from daemon.sandbox.fake_http import FakeConfig, build_app
-from daemon.settings import Settings
 from tests.api.fakes import FakeJournal, FakeProber, FakeSystemd, fake_teardown
 
 PROFILE = 'engine = "vllm"\nmodel = "/m"\nport = {port}\ntensor_parallel_size = 1\ngpus = [0]\nprobe_timeout_s = 5\n'

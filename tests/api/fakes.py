@@ -8,18 +8,18 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
 
-from daemon.engine_client import ProbeFailed, ProbeProgress
+from daemon.core.errors import UnitNotFound
+from daemon.core.profiles import Profile
 from daemon.engines.base import Engine
-from daemon.errors import UnitNotFound
+from daemon.engines.client import ProbeFailed, ProbeProgress
 from daemon.host.gpu import GpuInfo, GpuUnavailable, GpuView, NoGpus
 from daemon.host.journal import JournalRecord
 from daemon.host.procs import ProcInfo
 from daemon.host.shm import ShmEntry
 from daemon.host.signals import PidfdControl
 from daemon.host.systemd import JobOutcome, UnitState
-from daemon.profiles import Profile
-from daemon.teardown import TeardownPolicy
-from daemon.teardown_exec import Teardown
+from daemon.teardown.execute import Teardown
+from daemon.teardown.plan import TeardownPolicy
 
 LOAD = [f"Loading safetensors checkpoint shards: {p:3d}% Completed | {n}/4 [00:01<00:01, 1.00it/s]"
         for p, n in ((0, 0), (25, 1), (50, 2), (75, 3), (100, 4))]  # fmt: skip

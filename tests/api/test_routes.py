@@ -11,7 +11,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from daemon.api.app import HostPorts, create_app
-from daemon.errors import K25Error
+from daemon.core.errors import K25Error
 from daemon.host.gpu import NoGpus
 from tests.api.conftest import Env, make_settings, wait_run
 from tests.api.fakes import BrokenNvml, FakeJournal, FakeProber, FakeSystemd, fake_teardown

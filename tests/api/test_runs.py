@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from daemon.errors import StoreError
-from daemon.run_types import Phase
+from daemon.core.errors import StoreError
+from daemon.core.run_types import Phase
 from daemon.store.queries import Store
 from tests.api.conftest import PROFILE, Env, wait_run
 

@@ -10,7 +10,7 @@ from typing import Any
 import httpx
 import pytest
 
-from daemon.errors import StoreError
+from daemon.core.errors import StoreError
 from daemon.store.queries import Store
 from tests.api.conftest import PROFILE, Env, wait_run
 

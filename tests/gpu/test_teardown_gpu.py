@@ -13,8 +13,8 @@ from daemon.host.gpu import NvmlGpus
 from daemon.host.procs import ProcfsProcesses
 from daemon.host.shm import DevShm
 from daemon.host.signals import PidfdControl
-from daemon.teardown import TeardownPolicy
-from daemon.teardown_exec import Teardown, verify
+from daemon.teardown.execute import Teardown, verify
+from daemon.teardown.plan import TeardownPolicy
 from tests.gpu.conftest import Holders
 
 POLICY = TeardownPolicy(

@@ -14,6 +14,8 @@ from typing import Any
 
 import httpx
 
+from daemon.core.profiles import Profile, load_profiles
+from daemon.core.settings import load_settings
 from daemon.engines import engine_for
 from daemon.engines.base import LogKind
 from daemon.host.gpu import SimulatedGpus
@@ -21,8 +23,6 @@ from daemon.host.journal import JournalctlJournal
 from daemon.host.procs import ProcfsProcesses
 from daemon.host.shm import DevShm
 from daemon.host.systemd import SdbusSystemd, open_system_bus
-from daemon.profiles import Profile, load_profiles
-from daemon.settings import load_settings
 
 DEADLINE_S = 60.0
 
@@ -108,7 +108,7 @@ async def teardown() -> dict[str, Any]:
 
     from daemon.host.procs import ProcfsProcesses as Procs
     from daemon.sandbox.layout import free_port
-    from daemon.wiring import build_teardown
+    from daemon.teardown.build import build_teardown
 
     s = load_settings()
     systemd = SdbusSystemd(open_system_bus())

@@ -11,8 +11,8 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
-from daemon.bench.client import Request, new_client, run_level, send
-from daemon.bench.metrics import Status
+from daemon.benchmark.client import Request, new_client, run_level, send
+from daemon.benchmark.metrics import Status
 
 Handler = Callable[[asyncio.StreamWriter], Awaitable[None]]
 

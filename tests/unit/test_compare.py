@@ -6,7 +6,7 @@ import itertools
 
 import pytest
 
-from daemon.compare import ASSUMED_NOISE, Measured, compare
+from daemon.benchmark.compare import ASSUMED_NOISE, Measured, compare
 
 _ids = itertools.count(100, -1)  # newest first: ids fall as the list goes on
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.cli import main
-from daemon.exit_codes import EXIT_FAILED, EXIT_OK
+from daemon.cli.exit_codes import EXIT_FAILED, EXIT_OK
+from daemon.cli.main import main
 from daemon.store import db
 
 

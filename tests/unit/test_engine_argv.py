@@ -6,8 +6,8 @@ import json
 import shlex
 from pathlib import Path
 
+from daemon.core.profiles import LoadedProfile, Profile, load_profiles
 from daemon.engines import engine_for
-from daemon.profiles import LoadedProfile, Profile, load_profiles
 
 MODEL = "/srv/models/Kimi-K2.5-INT4"
 DRAFTER = "/srv/models/Kimi-K2.5-EAGLE3"

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
+from daemon.core.profiles import Profile, SpeculativeConfig
 from daemon.engines.base import LogKind, Readiness, ignore_patterns
 from daemon.engines.sglang import ENGINE as SGLANG
 from daemon.engines.vllm import ENGINE as VLLM
-from daemon.profiles import Profile, SpeculativeConfig
 
 SPEC3 = SpeculativeConfig(draft_model="/d", num_speculative_tokens=3)
 VLLM_P = Profile(name="v", engine="vllm", model="/m", port=1, speculative=SPEC3)
@@ -158,7 +158,7 @@ def test_probe_is_a_small_streamed_completion() -> None:
 
 
 def test_failure_excerpt_keeps_the_root_cause_before_the_tail() -> None:
-    from daemon.excerpt import failure_excerpt
+    from daemon.engines.excerpt import failure_excerpt
 
     cause = "ValueError: Available memory on node 0 (0.5 GiB) is less than requested memory for kv (500 GiB)"
     tail = [f"noise {i}" for i in range(40)] + [cause, "RuntimeError: Engine core initialization failed."]

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from daemon.engines import sglang, vllm
-from daemon.load_stages import LoadStages
+from daemon.engines.load_stages import LoadStages
 
 
 def test_a_real_vllm_log(fixtures: Path) -> None:

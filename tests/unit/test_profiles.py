@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from daemon.core.profiles import InvalidProfile
 from daemon.engines.checks import load_checked_profiles as load_profiles
-from daemon.profiles import InvalidProfile
 
 GOOD = """
 engine = "vllm"

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from daemon import redact
+from daemon.core import redact
 
 
 def test_argv_masks_secret_flags_in_both_forms() -> None:

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from daemon.host.gpu import SimulatedGpus
 from daemon.host.procs import ProcInfo
-from daemon.sampler import HostSampler
+from daemon.status.sampler import HostSampler
 from tests.api.fakes import BrokenNvml, NoProcs, fake_teardown
 
 

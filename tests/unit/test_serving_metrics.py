@@ -6,11 +6,11 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from daemon.core.profiles import Profile
+from daemon.core.run_types import NewRun, RunKind
 from daemon.engines import vllm
 from daemon.engines.base import MetricsSnapshot
-from daemon.profiles import Profile
-from daemon.run_types import NewRun, RunKind
-from daemon.serving_metrics import MetricsWindow
+from daemon.serving.metrics import MetricsWindow
 from daemon.store.models import ServingMetric
 from daemon.store.queries import Store
 from daemon.store.serving import ServingStore
@@ -78,7 +78,7 @@ def test_rows_keep_run_totals_and_compact_by_age(tmp_path: Path) -> None:
 def test_old_finished_runs_are_pruned_with_their_rows(tmp_path: Path) -> None:
     import sqlite3
 
-    from daemon.run_types import Outcome
+    from daemon.core.run_types import Outcome
 
     store = Store.open(tmp_path / "k25.db")
     serving = ServingStore(store)

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 from alembic import command
 
-from daemon.errors import StoreError
-from daemon.run_types import NewRun, Outcome, Phase, Progress, RunKind
+from daemon.core.errors import StoreError
+from daemon.core.run_types import NewRun, Outcome, Phase, Progress, RunKind
 from daemon.store.db import alembic_config, downgrade, upgrade
 from daemon.store.queries import Store
 

@@ -15,13 +15,13 @@ from typing import Any
 
 import pytest
 
-from daemon.errors import Refused
+from daemon.core.errors import Refused
 from daemon.host.gpu import GpuUnavailable, NoGpus, NvmlGpus, SimulatedGpus
 from daemon.host.procs import ProcfsProcesses
 from daemon.host.shm import DevShm
 from daemon.host.signals import PidfdControl
-from daemon.teardown import TeardownPolicy
-from daemon.teardown_exec import Teardown, execute, verify
+from daemon.teardown.execute import Teardown, execute, verify
+from daemon.teardown.plan import TeardownPolicy
 from tests.api.fakes import BrokenNvml
 
 CHILD = """

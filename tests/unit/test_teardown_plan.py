@@ -7,7 +7,7 @@ from dataclasses import replace
 from daemon.host.gpu import GpuInfo, GpuProcess
 from daemon.host.procs import ProcInfo
 from daemon.host.shm import ShmEntry
-from daemon.teardown import NVML_READER, Snapshot, TeardownPolicy, plan
+from daemon.teardown.plan import NVML_READER, Snapshot, TeardownPolicy, plan
 
 POLICY = TeardownPolicy(
     device_glob="/dev/nvidia*",

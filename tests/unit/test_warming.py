@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
+from daemon.core.profiles import Profile
+from daemon.engines.load_stages import segments
 from daemon.host.pagecache import PageCache, evict, resident_bytes
-from daemon.load_stages import segments
-from daemon.profiles import Profile
-from daemon.warming import Warmer
+from daemon.warming.warmer import Warmer
 
 MIB = 2**20
 
@@ -149,11 +149,11 @@ class _SlowCache:
 
 
 async def test_a_warm_run_is_cancelled_and_its_readers_stop(tmp_path: Path) -> None:
-    from daemon.hoststate import StateHub
-    from daemon.profiles import LoadedProfile, ProfileSet
-    from daemon.recorder import RunRecorder
+    from daemon.core.hoststate import StateHub
+    from daemon.core.profiles import LoadedProfile, ProfileSet
+    from daemon.runs.recorder import RunRecorder
     from daemon.store.queries import Store
-    from daemon.warm_service import WarmService
+    from daemon.warming.service import WarmService
 
     profile, _ = _model(tmp_path, [1])
     cache = _SlowCache(tmp_path / "model")

@@ -1,0 +1,152 @@
+"""What the benchmark, experiment and comparison routes call: the Benchmarks service and the stored
+results, turned into schemas."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import asdict
+from typing import Any
+
+from daemon.api.bench_schemas import (
+    BenchmarkLevelOut,
+    BenchmarkOut,
+    CompareOut,
+    ExperimentOut,
+    ProvenanceOut,
+)
+from daemon.api.schemas import AcceptedOut
+from daemon.benchmark.compare import Measured, compare
+from daemon.benchmark.experiments import Benchmarks, ExperimentRequest
+from daemon.benchmark.spec import BenchmarkSpec
+from daemon.core.errors import NotFound
+from daemon.core.run_types import Outcome, RunKind
+from daemon.store.bench import BenchmarkView, unpack
+from daemon.store.models import Run
+
+COMPARE_WINDOW = 500  # newest benchmarks compare reads
+
+
+class BenchController:
+    def __init__(self, benchmarks: Benchmarks) -> None:
+        self.svc = benchmarks
+        self.bench_store = benchmarks.bench_store
+        self.store = benchmarks.store
+
+    async def start(self, spec: BenchmarkSpec) -> AcceptedOut:
+        return AcceptedOut(run_id=await self.svc.start(spec))
+
+    async def benchmark(self, run_id: int, *, requests: bool) -> BenchmarkOut:
+        view = await asyncio.to_thread(self.bench_store.get, run_id=run_id, requests=requests)
+        if view is not None:
+            return bench_out(view, requests=requests)
+        run = await asyncio.to_thread(self.store.get_run, run_id=run_id)
+        if run is None or run.run.kind != RunKind.BENCHMARK:
+            raise NotFound(f"no benchmark run {run_id}")
+        return BenchmarkOut(**_run_fields(run.run), profile=run.run.profile)  # still running
+
+    async def benchmarks(self, *, profile: str | None, limit: int) -> list[BenchmarkOut]:
+        views = await asyncio.to_thread(self.bench_store.recent, profile=profile, limit=limit)
+        return [bench_out(v, requests=False) for v in views]
+
+    async def export(self, run_id: int) -> list[dict[str, Any]]:
+        """One JSON object per level, keyed as `vllm bench serve --save-result` writes them."""
+        out = await self.benchmark(run_id, requests=False)
+        prov = out.provenance or ProvenanceOut()
+        return [
+            lv.summary
+            | {
+                "date": out.started_at.strftime("%Y%m%d-%H%M%S"),
+                "backend": "openai-chat" if (out.spec or {}).get("endpoint") == "chat" else "openai",
+                "model_id": prov.model,
+                "tokenizer_id": prov.model,
+                "burstiness": 1.0,
+                "k25_run_id": out.run_id,
+                "k25_profile": out.profile,
+            }
+            for lv in out.levels
+        ]
+
+    async def start_experiment(self, req: ExperimentRequest) -> AcceptedOut:
+        return AcceptedOut(run_id=await self.svc.experiment(req))
+
+    async def experiment(self, run_id: int) -> ExperimentOut:
+        found = await asyncio.to_thread(self.bench_store.experiment, run_id=run_id)
+        if found is None:
+            raise NotFound(f"no experiment run {run_id}")
+        return experiment_out(*found)
+
+    async def experiments(self, *, limit: int) -> list[ExperimentOut]:
+        return [
+            experiment_out(e, r)
+            for e, r in await asyncio.to_thread(self.bench_store.experiments, limit=limit)
+        ]
+
+    async def compare(self, *, baseline: str, spec_hash: str | None) -> CompareOut:
+        views = await asyncio.to_thread(self.bench_store.recent, limit=COMPARE_WINDOW)
+        rows = [
+            Measured(
+                run_id=v.bench.run_id,
+                profile=v.bench.profile,
+                spec_hash=v.bench.spec_hash,
+                prompt_hash=v.bench.prompt_hash,
+                gpu_key=v.bench.gpu_key,
+                experiment_run_id=v.bench.experiment_run_id,
+                levels=[json.loads(lv.summary) for lv in v.levels],
+                provenance=json.loads(v.bench.provenance),
+            )
+            for v in views
+            if v.run.outcome == Outcome.OK
+        ]
+        result = compare(rows, baseline=baseline, spec_hash=spec_hash)
+        return CompareOut.model_validate(asdict(result))
+
+
+def _run_fields(r: Run) -> dict[str, Any]:
+    return {
+        "run_id": r.id or 0,
+        "outcome": r.outcome,
+        "phase": r.phase,
+        "started_at": r.started_at,
+        "ended_at": r.ended_at,
+        "error": r.error,
+    }
+
+
+def bench_out(v: BenchmarkView, *, requests: bool) -> BenchmarkOut:
+    b = v.bench
+    return BenchmarkOut(
+        **_run_fields(v.run),
+        profile=b.profile,
+        experiment_run_id=b.experiment_run_id,
+        repeat=b.repeat,
+        spec=json.loads(b.spec),
+        spec_hash=b.spec_hash,
+        prompt_hash=b.prompt_hash,
+        provenance=ProvenanceOut.model_validate(json.loads(b.provenance)),
+        output_throughput=b.output_throughput,
+        acceptance_length=b.acceptance_length,
+        acceptance_rate=b.acceptance_rate,
+        other_traffic=b.other_traffic,
+        levels=[
+            BenchmarkLevelOut(
+                concurrency=lv.concurrency,
+                request_rate=lv.request_rate,
+                summary=json.loads(lv.summary),
+                requests=unpack(lv.requests) if requests else None,
+            )
+            for lv in v.levels
+        ],
+    )
+
+
+def experiment_out(e: Any, r: Run) -> ExperimentOut:
+    record = json.loads(e.steps) if e.steps else {}
+    if not isinstance(record, dict):
+        record = {}
+    return ExperimentOut(
+        **_run_fields(r),
+        request=json.loads(e.request),
+        steps=record.get("steps", []),
+        restore=record.get("restore"),
+    )

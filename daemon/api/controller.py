@@ -1,0 +1,235 @@
+"""What the API calls: one method per request, over the services (inventory, switcher, store, teardown).
+Routes stay thin; this is where a request becomes service calls and the answer becomes a schema."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import AsyncIterator
+from dataclasses import asdict
+from typing import Any
+
+from daemon.api.benchmark_controller import BenchController
+from daemon.api.schemas import (
+    AcceptedOut,
+    CancelOut,
+    LiveSampleOut,
+    MetricRowOut,
+    ProfileOut,
+    ProgressOut,
+    ReloadOut,
+    RunEventOut,
+    RunMetricsOut,
+    RunOut,
+    StageOut,
+    StatusOut,
+    TeardownPlanOut,
+    TeardownRecordOut,
+    TeardownReportOut,
+    TeardownRunOut,
+    VictimOut,
+)
+from daemon.core import redact
+from daemon.core.errors import Busy, NotFound
+from daemon.core.hoststate import HostState, StateHub
+from daemon.core.run_types import FINAL_OUTCOMES, NewRun, Outcome, RunKind
+from daemon.engines.load_stages import segments
+from daemon.runs.jobs import Jobs
+from daemon.runs.recorder import HostAfter, RunRecorder
+from daemon.serving.watch import ServingWatch
+from daemon.status.exporter import K25Collector
+from daemon.status.exporter import render as render_metrics
+from daemon.status.inventory import Inventory
+from daemon.store.queries import RunView, Store
+from daemon.switching.reconcile import Reconciled
+from daemon.switching.transaction import Switcher
+from daemon.teardown.execute import Teardown
+from daemon.warming.service import WarmService
+
+
+class Controller:
+    def __init__(
+        self,
+        *,
+        inventory: Inventory,
+        switcher: Switcher,
+        recorder: RunRecorder,
+        teardown: Teardown,
+        default_profile: str,
+        watch: ServingWatch,
+        bench: BenchController,
+        jobs: Jobs,
+        warms: WarmService,
+    ) -> None:
+        self.inventory, self.switcher, self.recorder, self.teardown = inventory, switcher, recorder, teardown
+        self.watch, self.bench, self.jobs, self.warms = watch, bench, jobs, warms
+        self.store: Store = recorder.store
+        self.hub: StateHub = recorder.hub
+        self.default_profile = default_profile
+        self.reconciled = Reconciled()
+        self.collector = K25Collector(self.hub, self.store, inventory.sampler, watch.now)
+
+    async def metrics(self) -> bytes:
+        return await asyncio.to_thread(render_metrics, self.collector)
+
+    def _units(self) -> tuple[str, ...]:
+        return tuple(lp.profile.unit for lp in self.inventory.profiles.valid.values())
+
+    async def status(self) -> StatusOut:
+        st = self.hub.status
+        run = await self.run(st.run_id) if st.run_id else None
+        gpus, gpu_error = self.inventory.gpus()
+        return StatusOut(
+            **asdict(st),
+            current_run=run,
+            gpus=gpus,
+            gpu_error=gpu_error,
+            units=await self.inventory.unit_states(),
+            strays=[VictimOut.model_validate(v) for v in self.inventory.sampler.strays],
+            serving=self.watch.now(),
+        )
+
+    async def profiles(self) -> list[ProfileOut]:
+        return self.inventory.profile_list(await self.inventory.unit_states(), self.warms.residency())
+
+    async def profile(self, name: str) -> ProfileOut:
+        for p in await self.profiles():
+            if p.name == name:
+                return p
+        raise NotFound(f"no profile {name!r}")
+
+    async def reload(self) -> ReloadOut:
+        fresh = await self.inventory.reload_profiles()
+        self.watch.follow_units()
+        return ReloadOut(valid=sorted(fresh.valid), invalid=[str(p) for p in fresh.invalid])
+
+    async def activate(self, name: str, *, force: bool, wait: bool) -> AcceptedOut | RunOut:
+        run_id = await self.switcher.activate(name, force=force)
+        if run_id is None:
+            return AcceptedOut(run_id=None, detail="already active")
+        if wait:
+            await self.switcher.wait(run_id)
+            return await self.run(run_id)
+        return AcceptedOut(run_id=run_id)
+
+    async def warm(self, name: str) -> AcceptedOut:
+        return AcceptedOut(run_id=await self.warms.start(name))
+
+    async def restore(self, *, wait: bool) -> AcceptedOut | RunOut:
+        return await self.activate(self.default_profile, force=False, wait=wait)
+
+    async def cancel(self, run_id: int) -> CancelOut:
+        if not self.jobs.cancel(run_id) and not self.warms.cancel(run_id):  # a job or a warm, else a switch
+            await self.switcher.cancel(run_id)
+        return CancelOut(run_id=run_id, cancelling=True)
+
+    async def run(self, run_id: int) -> RunOut:
+        view = await asyncio.to_thread(self.store.get_run, run_id=run_id)
+        if view is None:
+            raise NotFound(f"no run {run_id}")
+        return run_out(view, details=True)
+
+    async def runs(self, *, profile: str | None, limit: int) -> list[RunOut]:
+        rows = await asyncio.to_thread(self.store.list_runs, profile=profile, limit=limit)
+        return [run_out(RunView(r, [], []), details=False) for r in rows]
+
+    async def run_metrics(self, run_id: int) -> RunMetricsOut:
+        try:
+            rows = await asyncio.to_thread(self.watch.store.series, run_id)
+        except LookupError as e:
+            raise NotFound(f"no run {run_id}") from e
+        return RunMetricsOut(
+            run_id=run_id,
+            rows=[
+                MetricRowOut.model_validate(
+                    r.model_dump() | {"per_position": json.loads(r.per_position) if r.per_position else None}
+                )
+                for r in rows
+            ],
+            live=[LiveSampleOut.model_validate(x) for x in self.watch.live(run_id)],
+        )
+
+    async def run_events(self, run_id: int) -> AsyncIterator[dict[str, Any]]:
+        """The run's stored events, then its live ones until it ends."""
+        with self.hub.follow_run(run_id) as live:
+            view = await asyncio.to_thread(self.store.get_run, run_id=run_id)
+            if view is None:
+                raise NotFound(f"no run {run_id}")
+            last = 0
+            for e in view.events:
+                last = e.id or last
+                yield {
+                    "id": e.id,
+                    "phase": e.phase,
+                    "detail": redact.text(e.detail),
+                    "at": e.at.isoformat(),
+                    "run_id": run_id,
+                }
+            if view.run.outcome in FINAL_OUTCOMES:
+                return
+            while True:
+                event = await live.get()
+                if event["id"] <= last:
+                    continue
+                yield event | {"run_id": run_id, "detail": redact.text(event.get("detail") or "")}
+                if event.get("final"):
+                    return
+
+    async def host_events(self) -> AsyncIterator[dict[str, Any]]:
+        async for status in self.hub.subscribe():
+            yield status.to_dict() | {"reason": redact.optional_text(status.reason)}
+
+    async def teardown_plan(self) -> TeardownPlanOut:
+        return TeardownPlanOut.model_validate(await self.teardown.plan(managed_units=self._units()))
+
+    async def run_teardown(self) -> TeardownRunOut:
+        """Maintenance teardown: only when no engine should run (the host is idle or degraded)."""
+        st = self.hub.status
+        if st.state not in (HostState.IDLE, HostState.FAILED, HostState.DEGRADED):
+            raise Busy(f"the host is {st.state}: stop the engine (or switch) instead")
+        run_id = await self.recorder.create(NewRun(RunKind.TEARDOWN, profile=None))
+        report = await self.teardown.run(managed_units=self._units())
+        await self.recorder.teardown(run_id, report)
+        host = HostAfter(HostState.NEEDS_RESET, None, report.error) if report.needs_reset else None
+        await self.recorder.finish(
+            run_id, Outcome.OK if report.ok else Outcome.FAILED, error=report.error, host=host
+        )
+        return TeardownRunOut(run_id=run_id, report=TeardownReportOut.model_validate(report.to_dict()))
+
+
+def run_out(view: RunView, *, details: bool) -> RunOut:
+    r = view.run
+    stages: dict[str, float] | None = json.loads(r.load_stages) if r.load_stages else None
+    return RunOut(
+        id=r.id or 0,
+        kind=r.kind,
+        profile=r.profile,
+        from_profile=r.from_profile,
+        outcome=r.outcome,
+        phase=r.phase,
+        started_at=r.started_at,
+        ended_at=r.ended_at,
+        load_seconds=r.load_seconds,
+        progress=ProgressOut(percent=r.progress_percent, done=r.progress_done, total=r.progress_total),
+        error=r.error,
+        parent_id=r.parent_id,
+        unit=r.unit,
+        argv=json.loads(r.argv) if r.argv else None,
+        profile_sha256=r.profile_sha256,
+        served_s=r.served_s,
+        requests=r.requests,
+        prompt_tokens=r.prompt_tokens,
+        generation_tokens=r.generation_tokens,
+        acceptance_length=r.acceptance_length,
+        load_stages=stages,
+        load_breakdown=[StageOut(stage=k, seconds=v) for k, v in segments(stages, r.load_seconds)]
+        if stages
+        else None,
+        events=[RunEventOut.model_validate(e) for e in view.events] if details else None,
+        teardowns=[
+            TeardownRecordOut(id=t.id or 0, ok=t.ok, report=TeardownReportOut.model_validate_json(t.report))
+            for t in view.teardowns
+        ]
+        if details
+        else None,
+    )

@@ -1,1 +1,0 @@
-"""Benchmarks: the OpenAI streaming client, its metrics (vLLM's definitions), prompt sets, load shapes."""

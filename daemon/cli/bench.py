@@ -1,0 +1,247 @@
+"""CLI commands for benchmarks: bench (the active profile), experiment (several profiles, then restore),
+compare (a table with verdicts), benchmarks (recent), benchmark (one, or its vLLM-style JSON)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from daemon.cli.client import Client
+from daemon.cli.exit_codes import EXIT_FAILED, EXIT_OK
+from daemon.cli.remote import bar, client, emit
+from daemon.core.errors import InvalidInput
+
+Add = Callable[[str, Any, str], argparse.ArgumentParser]
+
+
+def _numbers(text: str, kind: type[int] | type[float]) -> list[Any]:
+    try:
+        return [kind(x) for x in text.split(",") if x.strip()]
+    except ValueError as e:
+        raise InvalidInput(f"expected comma-separated numbers, got {text!r}") from e
+
+
+def read_prompts(path: Path) -> list[str]:
+    """The operator's JSONL: one object per line with `prompt` (or `text`), or a JSON string per line."""
+    prompts = []
+    try:
+        lines = path.read_text(encoding="utf-8").splitlines()
+    except OSError as e:
+        raise InvalidInput(f"cannot read {path}: {e.strerror}") from e
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError as e:
+            raise InvalidInput(f"{path}:{n}: not JSON ({e})") from e
+        text = (
+            item
+            if isinstance(item, str)
+            else (item.get("prompt") or item.get("text"))
+            if isinstance(item, dict)
+            else None
+        )
+        if not isinstance(text, str) or not text:
+            raise InvalidInput(f"{path}:{n}: expected a string or an object with a 'prompt' string")
+        prompts.append(text)
+    if not prompts:
+        raise InvalidInput(f"{path}: no prompts")
+    return prompts
+
+
+def spec(args: argparse.Namespace) -> dict[str, Any]:
+    out: dict[str, Any] = {
+        "concurrency": _numbers(args.concurrency, int),
+        "num_prompts": args.requests,
+        "max_tokens": args.max_tokens,
+        "warmups": args.warmups,
+        "endpoint": args.endpoint,
+    }
+    if args.rate:
+        out["request_rate"] = _numbers(args.rate, float)
+        if args.max_concurrency:
+            out["max_concurrency"] = args.max_concurrency
+    if args.prompts:
+        out |= {"dataset": "custom", "prompts": read_prompts(args.prompts)}
+    elif args.dataset:
+        out["dataset"] = args.dataset
+    if args.input_len:
+        out["input_len"] = args.input_len
+    return out
+
+
+def follow(c: Client, run_id: int, *, as_json: bool, indent: str = "  ") -> str:
+    """Print a benchmark's or experiment's events (progress bars for the measured requests) to its end;
+    an experiment's benchmarks are followed as they start. Returns the run's outcome."""
+    tty = sys.stdout.isatty()
+    for e in c.events(f"/runs/{run_id}/events"):
+        if as_json:
+            print(json.dumps(e, default=str), flush=True)
+        elif e["phase"] == "measuring" and e.get("progress_percent") is not None:
+            what = e["detail"].split(":")[0]
+            shown = f"{bar(e['progress_percent'])} ({e['progress_done']}/{e['progress_total']})"
+            line = f"{indent}{what:28} {shown}"
+            print(
+                ("\r" + line) if tty else line,
+                end="" if tty and e["progress_percent"] < 100 else "\n",
+                flush=True,
+            )
+        else:
+            print(f"{indent}{e['phase']:10} {e['detail'][:160]}", flush=True)
+        inner = e.get("detail", "").split("benchmark run ")
+        if (
+            e["phase"] == "measuring"
+            and len(inner) > 1
+            and inner[1].split()[0].isdigit()
+            and not e.get("final")
+        ):
+            follow(c, int(inner[1].split()[0]), as_json=as_json, indent=indent + "  ")
+    run: dict[str, Any] = c.get(f"/runs/{run_id}")
+    if not as_json:
+        print(
+            f"{indent[:-2]}run {run_id}: {run['outcome']}" + (f"\n{run['error']}" if run.get("error") else "")
+        )
+    return str(run["outcome"])
+
+
+def bench(args: argparse.Namespace) -> int:
+    c = client(args)
+    body = spec(args) | ({"profile": args.profile} if args.profile else {})
+    _, out = c.post("/benchmarks", body)
+    return _started(c, args, out["run_id"], "benchmark")
+
+
+def experiment(args: argparse.Namespace) -> int:
+    c = client(args)
+    body = {
+        "profiles": args.profiles,
+        "benchmark": spec(args),
+        "repeats": args.repeats,
+        "restore": not args.no_restore,
+    }
+    _, out = c.post("/experiments", body)
+    return _started(c, args, out["run_id"], "experiment")
+
+
+def _started(c: Client, args: argparse.Namespace, run_id: int, what: str) -> int:
+    if not args.wait:
+        emit(
+            args,
+            {"run_id": run_id},
+            f"{what} run {run_id} started (k25-ctl run {run_id}; k25-ctl cancel {run_id})",
+        )
+        return EXIT_OK
+    if not args.json:
+        print(f"{what} run {run_id}:")
+    return EXIT_OK if follow(c, run_id, as_json=args.json) == "ok" else EXIT_FAILED
+
+
+def _f(value: Any, fmt: str = ".1f") -> str:
+    return "-" if value is None else format(value, fmt)
+
+
+def compare(args: argparse.Namespace) -> int:
+    cmp = client(args).get("/compare", baseline=args.baseline, benchmark_spec=args.spec)
+    head = (
+        f"{'profile':18} {'tok/s':>8} {'±%':>5} {'speedup':>8} {'verdict':13} {'TTFT p50':>9} "
+        f"{'TPOT p50':>9} {'ITL p99':>8} {'acc len':>8} {'acc rate':>8}  runs"
+    )
+    lines = [
+        f"{cmp['metric']}; spec {cmp['spec_hash']}, prompts {cmp['prompt_hash']}, "
+        f"GPUs {cmp['gpu_key'] or '-'}",
+        head,
+    ]
+    for r in cmp["rows"]:
+        lat = r["latency_ms"]
+        cv = None if r["throughput_cv"] is None else 100 * r["throughput_cv"]
+        speedup = _f(r["speedup"], ".2f") + "x" if r["speedup"] else "-"
+        lines.append(
+            f"{r['profile']:18} {_f(r['output_throughput']):>8} {_f(cv):>5} {speedup:>8} "
+            f"{r['verdict'] or '-':13} {_f(lat['ttft']['median']):>9} {_f(lat['tpot']['median'], '.2f'):>9} "
+            f"{_f(lat['itl']['p99'], '.2f'):>8} {_f(r['acceptance_length'], '.2f'):>8} "
+            f"{_f(r['acceptance_rate'], '.3f'):>8}  " + ",".join(str(i) for i in r["run_ids"])
+        )
+    lines += [f"note: {n}" for n in cmp["notes"]]
+    emit(args, cmp, "\n".join(lines))
+    return EXIT_OK
+
+
+def benchmarks(args: argparse.Namespace) -> int:
+    items = client(args).get("/benchmarks", profile=args.profile, limit=args.limit)
+    lines = [
+        f"{b['run_id']:>5} {b['profile'] or '-':18} {b['outcome']:10} {b['started_at'][:19]}  "
+        f"{_f(b['output_throughput'])} tok/s  acc len {_f(b['acceptance_length'], '.2f')}  "
+        f"spec {b['spec_hash'] or '-'}"
+        for b in items
+    ]
+    emit(args, items, "\n".join(lines) or "no benchmarks yet")
+    return EXIT_OK
+
+
+def benchmark(args: argparse.Namespace) -> int:
+    c = client(args)
+    if args.export:
+        print(json.dumps(c.get(f"/benchmarks/{args.run_id}/export"), indent=2))
+        return EXIT_OK
+    b = c.get(f"/benchmarks/{args.run_id}")
+    lines = [
+        f"benchmark run {b['run_id']} of {b['profile']}: {b['outcome']}"
+        + (f" ({b['error']})" if b["error"] else "")
+    ]
+    for lv in b["levels"]:
+        s = lv["summary"]
+        lines.append(
+            f"  c={lv['concurrency'] or '-'} rate={lv['request_rate'] or 'inf'}: "
+            f"{s['completed']} ok, {s['failed']} failed, "
+            f"{_f(s['output_throughput'])} tok/s, TTFT p50 {_f(s['median_ttft_ms'])} ms, TPOT p50 "
+            f"{_f(s['median_tpot_ms'], '.2f')} ms, ITL p99 {_f(s['p99_itl_ms'], '.2f')} ms"
+            + (
+                f", acceptance {_f(s.get('acceptance_rate'), '.3f')} "
+                f"(length {_f(s.get('acceptance_length'), '.2f')})"
+                if s.get("acceptance_length")
+                else ""
+            )
+        )
+    emit(args, b, "\n".join(lines))
+    return EXIT_OK if b["outcome"] in ("ok", "running") else EXIT_FAILED
+
+
+def _load_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--concurrency", default="1", help="fixed concurrency levels, e.g. 1,8,32 (default 1)")
+    p.add_argument("--rate", help="Poisson request rates instead, e.g. 0.5,2 (req/s)")
+    p.add_argument("--max-concurrency", type=int, help="with --rate: cap on requests in flight")
+    p.add_argument("--requests", type=int, default=16, help="measured requests per level (default 16)")
+    p.add_argument("--max-tokens", type=int, default=128, help="output tokens per request (default 128)")
+    p.add_argument("--warmups", type=int, default=1, help="warm-up requests per level, not counted")
+    p.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
+    p.add_argument("--dataset", choices=("builtin", "random"), help="prompts (default: the built-in set)")
+    p.add_argument("--input-len", type=int, help="random dataset: prompt length")
+    p.add_argument("--prompts", type=Path, help='your JSONL: one {"prompt": ...} per line')
+    p.add_argument("--wait", action="store_true", help="follow it with progress bars (exit 0 ok, 3 not)")
+
+
+def add_commands(add: Add) -> None:
+    p = add("bench", bench, "benchmark the active profile")
+    p.add_argument("profile", nargs="?", help="must be the active one (default: whatever is active)")
+    _load_options(p)
+    p = add("experiment", experiment, "switch to each PROFILE, benchmark it, then restore")
+    p.add_argument("profiles", nargs="+")
+    p.add_argument(
+        "--repeats", type=int, default=1, help="benchmarks per profile (their spread is the noise)"
+    )
+    p.add_argument("--no-restore", action="store_true", help="stay on the last profile")
+    _load_options(p)
+    p = add("compare", compare, "the latest benchmark of each profile against the baseline")
+    p.add_argument("--baseline", default="baseline")
+    p.add_argument("--spec", help="a benchmark spec hash (default: the baseline's latest)")
+    p = add("benchmarks", benchmarks, "recent benchmarks")
+    p.add_argument("--profile")
+    p.add_argument("--limit", type=int, default=20)
+    p = add("benchmark", benchmark, "one benchmark: levels, or --export as vllm bench serve JSON")
+    p.add_argument("run_id", type=int)
+    p.add_argument("--export", action="store_true")

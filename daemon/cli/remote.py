@@ -1,0 +1,155 @@
+"""CLI commands that talk to the daemon: status, profiles, activate, restore, runs, run, cancel, teardown."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from typing import Any
+
+from daemon.cli.client import ApiError, Client, daemon_url, read_token
+from daemon.cli.exit_codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from daemon.core.settings import load_settings
+
+FAILED_OUTCOMES = ("failed", "cancelled", "degraded", "interrupted", "needs_reset")
+
+
+def client(args: argparse.Namespace) -> Client:
+    settings = load_settings()
+    return Client(getattr(args, "url", None) or daemon_url(settings), read_token(settings))
+
+
+def emit(args: argparse.Namespace, data: Any, text: str) -> None:
+    print(json.dumps(data, indent=2, default=str) if args.json else text)
+
+
+def status(args: argparse.Namespace) -> int:
+    st = client(args).get("/status")
+    lines = [f"state    {st['state']}" + (f"  ({st['reason']})" if st.get("reason") else "")]
+    lines.append(f"active   {st['active_profile'] or '-'}")
+    if st.get("run_id"):
+        pct = st.get("progress_percent")
+        prog = f" {pct}% ({st['progress_done']}/{st['progress_total']})" if pct is not None else ""
+        lines.append(f"run      {st['run_id']} -> {st['target_profile']}: {st['phase']}{prog}")
+    for g in st["gpus"]:
+        lines.append(
+            f"gpu {g['index']}    {g['memory_used_mib']}/{g['memory_total_mib']} MiB, "
+            f"{len(g['processes'])} processes"
+        )
+    emit(args, st, "\n".join(lines))
+    return EXIT_OK
+
+
+def profiles(args: argparse.Namespace) -> int:
+    items = client(args).get("/profiles")
+    lines = []
+    for p in items:
+        if p["valid"]:
+            state = (p.get("unit_state") or {}).get("active_state", "?")
+            res = p.get("residency")
+            cached = f"{res['percent']:5.1f}% of {res['bytes'] / 2**30:.1f} GiB cached" if res else "cache ?"
+            lines.append(
+                f"{p['name']:20} {p['engine']:7} {p['unit']:40} {state:10} {cached}"
+                + (f" (warm {p['warm']})" if p.get("warm") not in (None, "off") else "")
+                + ("  (default)" if p["default"] else "")
+            )
+        else:
+            lines.append(f"{p['name']:20} INVALID {p['error']}")
+    emit(args, items, "\n".join(lines))
+    return EXIT_OK
+
+
+def bar(percent: int, width: int = 30) -> str:
+    filled = width * percent // 100
+    return "[" + "#" * filled + "." * (width - filled) + f"] {percent:3d}%"
+
+
+def follow(c: Client, run_id: int, *, as_json: bool, success: str = "active") -> int:
+    """Print the run's phases and progress (loading, warming) as they happen; the exit code from its
+    outcome."""
+    for e in c.events(f"/runs/{run_id}/events"):
+        if as_json:
+            print(json.dumps(e, default=str), flush=True)
+        elif e.get("progress_percent") is not None:
+            print(
+                f"  {e['phase']} {bar(e['progress_percent'])} ({e['progress_done']}/{e['progress_total']})",
+                flush=True,
+            )
+        else:
+            print(f"  {e['phase']:9} {e['detail'][:160]}", flush=True)
+    run = c.get(f"/runs/{run_id}")
+    final = run["outcome"]
+    if not as_json:
+        print(f"run {run_id}: {final}" + (f"\n{run['error']}" if run.get("error") else ""))
+    return EXIT_OK if final == success else EXIT_FAILED
+
+
+def _started(c: Client, args: argparse.Namespace, body: dict[str, Any], success: str) -> int:
+    run_id = body["run_id"]
+    if not args.wait:
+        emit(args, body, f"run {run_id} started (k25-ctl run {run_id}; k25-ctl cancel {run_id})")
+        return EXIT_OK
+    if not args.json:
+        print(f"run {run_id}:")
+    return follow(c, run_id, as_json=args.json, success=success)
+
+
+def activate(args: argparse.Namespace) -> int:
+    c = client(args)
+    path = "/restore" if args.command == "restore" else f"/profiles/{args.profile}/activate"
+    params = {} if args.command == "restore" else {"force": str(args.force).lower()}
+    _, body = c.post(path, **params)
+    if body.get("run_id") is None:
+        emit(args, body, "already active: nothing to do")
+        return EXIT_OK
+    return _started(c, args, body, "active")
+
+
+def warm(args: argparse.Namespace) -> int:
+    c = client(args)
+    _, body = c.post(f"/profiles/{args.profile}/warm")
+    return _started(c, args, body, "ok")
+
+
+def runs(args: argparse.Namespace) -> int:
+    items = client(args).get("/runs", profile=args.profile, limit=args.limit)
+    lines = [
+        f"{r['id']:>5} {r['kind']:9} {r['profile'] or '-':18} {r['outcome']:12} {r['started_at'][:19]}"
+        + (f"  load {r['load_seconds']:.1f}s" if r["load_seconds"] else "")
+        for r in items
+    ]
+    emit(args, items, "\n".join(lines) or "no runs yet")
+    return EXIT_OK
+
+
+def run(args: argparse.Namespace) -> int:
+    r = client(args).get(f"/runs/{args.run_id}")
+    lines = [f"run {r['id']} {r['kind']} {r['profile']} (from {r['from_profile'] or '-'}): {r['outcome']}"]
+    if r.get("load_breakdown"):
+        parts = ", ".join(f"{b['stage']} {b['seconds']:.1f}s" for b in r["load_breakdown"])
+        lines.append(f"  load: {parts} (start -> HTTP up {r['load_seconds'] or 0:.1f}s)")
+    lines += [f"  {e['at'][11:23]} {e['phase']:9} {e['detail'][:160]}" for e in r["events"]]
+    if r.get("error"):
+        lines.append(f"error:\n{r['error']}")
+    emit(args, r, "\n".join(lines))
+    return EXIT_OK if r["outcome"] not in FAILED_OUTCOMES else EXIT_FAILED
+
+
+def cancel(args: argparse.Namespace) -> int:
+    _, body = client(args).post(f"/runs/{args.run_id}/cancel")
+    emit(args, body, f"cancelling run {args.run_id}")
+    return EXIT_OK
+
+
+def remote_plan(args: argparse.Namespace) -> dict[str, Any]:
+    plan: dict[str, Any] = client(args).get("/teardown/plan")
+    return plan
+
+
+def exit_code(e: ApiError) -> int:
+    print(f"k25-ctl: {e.detail} (HTTP {e.status})", file=sys.stderr)
+    if e.status == 409:
+        return EXIT_BUSY
+    if e.status in (400, 401, 403, 404, 413, 422):
+        return EXIT_USAGE
+    return EXIT_FAILED

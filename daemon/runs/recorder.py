@@ -1,0 +1,172 @@
+"""The one writer of a run's progress. Each step goes, in this order, to the database (event row and the
+run's phase), the in-memory host status, the run's SSE followers and the log, so that none of them can
+disagree with another."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from daemon.core import redact
+from daemon.core.hoststate import HostState, StateHub
+from daemon.core.run_types import NewRun, Outcome, Phase, Progress
+from daemon.store.queries import Store
+from daemon.teardown.execute import TeardownReport
+
+log = logging.getLogger("k25.runs")
+
+
+@dataclass(frozen=True)
+class HostAfter:
+    """What the host is once a run has ended (None on `finish`: another run carries on, e.g. a rollback)."""
+
+    state: HostState
+    active_profile: str | None = None
+    reason: str | None = None
+
+
+class RunRecorder:
+    def __init__(self, store: Store, hub: StateHub) -> None:
+        self.store, self.hub = store, hub
+
+    async def create(self, new: NewRun) -> int:
+        run_id = await asyncio.to_thread(self.store.create_run, new)
+        link = f" (after run {new.parent_id})" if new.parent_id else ""
+        argv = redact.argv(new.argv) if new.argv else None
+        log.info("run %d: %s %s%s created; argv %s", run_id, new.kind, new.profile or "-", link, argv)
+        return run_id
+
+    def begin(self, run_id: int, target: str) -> None:
+        """The host is switching to `target` under this run (a switch or a rollback)."""
+        self.hub.update(
+            state=HostState.SWITCHING,
+            target_profile=target,
+            run_id=run_id,
+            phase=Phase.CREATED,
+            progress_percent=None,
+            progress_done=None,
+            progress_total=None,
+            reason=None,
+        )
+
+    async def event(
+        self,
+        run_id: int,
+        phase: Phase,
+        detail: str = "",
+        *,
+        progress: Progress | None = None,
+        load_seconds: float | None = None,
+        load_stages: dict[str, float] | None = None,
+    ) -> None:
+        stored = await asyncio.to_thread(
+            self.store.add_event,
+            run_id=run_id,
+            phase=phase,
+            detail=detail,
+            progress=progress,
+            load_seconds=load_seconds,
+            load_stages=dict(load_stages) if load_stages is not None else None,
+        )
+        if self.hub.status.run_id == run_id:
+            p = progress if phase is Phase.LOADING else None
+            self.hub.update(
+                phase=phase,
+                progress_percent=p.percent if p else None,
+                progress_done=p.done if p else None,
+                progress_total=p.total if p else None,
+            )
+        event: dict[str, Any] = {"id": stored, "phase": phase, "detail": detail, "at": time.time()}
+        if progress is not None:
+            event |= {
+                "progress_percent": progress.percent,
+                "progress_done": progress.done,
+                "progress_total": progress.total,
+            }
+        self.hub.publish_run(run_id, event)
+        log.info("run %d: %s: %s", run_id, phase, _one_line(detail))
+
+    async def finish(
+        self,
+        run_id: int,
+        outcome: Outcome,
+        *,
+        error: str | None = None,
+        load_seconds: float | None = None,
+        host: HostAfter | None = None,
+        rollback_run_id: int | None = None,
+        detail: str | None = None,
+    ) -> None:
+        """`error` is kept on the run; `detail` (a normal end's why) goes only to its final event."""
+        stored = await asyncio.to_thread(
+            self.store.finish_run,
+            run_id=run_id,
+            outcome=outcome,
+            error=error,
+            load_seconds=load_seconds,
+            detail=detail,
+        )
+        if host is not None:
+            self.settle(host)
+        event: dict[str, Any] = {
+            "id": stored,
+            "phase": outcome.phase,
+            "detail": detail or error or "",
+            "at": time.time(),
+            "final": True,
+            "rollback_run_id": rollback_run_id,
+        }
+        self.hub.publish_run(run_id, event)
+        level = logging.INFO if outcome in (Outcome.ACTIVE, Outcome.OK) else logging.WARNING
+        then = f"; rolling back in run {rollback_run_id}" if rollback_run_id else ""
+        log.log(
+            level, "run %d: ended %s%s%s", run_id, outcome, f": {_one_line(error)}" if error else "", then
+        )
+
+    async def teardown(self, run_id: int, report: TeardownReport) -> None:
+        """The teardown's report stored with the run, one event that sums it up, one log line per
+        decision (who got which signal and why, which files went)."""
+        await asyncio.to_thread(
+            self.store.save_teardown, run_id=run_id, ok=report.ok, report=report.to_dict()
+        )
+        for o in report.processes:
+            log.warning(
+                "run %d: teardown: pid %d (%s) %s after %s; reasons: %s",
+                run_id, o.pid, o.title[:80], o.outcome or "not signalled", "+".join(o.signals) or "no signal",
+                "; ".join(o.reasons),
+            )  # fmt: skip
+        for name in report.shm_removed:
+            log.info("run %d: teardown: removed /dev/shm/%s (engine file, held by nobody)", run_id, name)
+        killed = ", ".join(
+            f"{o.pid} {o.title[:40]} ({'+'.join(o.signals) or o.outcome})" for o in report.processes
+        )
+        verdict = "GPUs clean" if report.ok else f"NOT clean: {report.error}"
+        total = report.steps.get("total_s")
+        detail = (
+            f"{verdict}; signalled {len(report.processes)}{f' ({killed})' if killed else ''}; "
+            f"removed {len(report.shm_removed)} shm file(s)"
+            + (f"; {total:.2f}s" if total is not None else "")
+        )
+        await self.event(run_id, Phase.TEARDOWN, detail)
+
+    def settle(self, host: HostAfter) -> None:
+        """The host's state once no run is in progress: no target, no phase, no progress."""
+        self.hub.update(
+            state=host.state,
+            active_profile=host.active_profile,
+            target_profile=None,
+            run_id=None,
+            phase=None,
+            progress_percent=None,
+            progress_done=None,
+            progress_total=None,
+            reason=host.reason,
+        )
+
+
+def _one_line(text: str | None, limit: int = 400) -> str:
+    flat = " | ".join(line for line in (text or "").splitlines() if line.strip())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"

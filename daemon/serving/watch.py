@@ -1,0 +1,365 @@
+"""The serving watch: after `active` the daemon keeps following every managed unit (systemd's state stream:
+a crash is seen as it happens) and checks the active engine's liveness and metrics every interval. A crash
+ends the serving run `crashed` and the host `failed`, then the profile's `on_failure` acts (restart with
+backoff and a cap, rollback, or nothing); a hang makes the host `unhealthy` and acts only with `on_hang`;
+units changed with systemctl are followed and recorded as `external` runs."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import Callable, Coroutine
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from daemon.core.errors import K25Error
+from daemon.core.hoststate import HostState
+from daemon.core.profiles import LoadedProfile, ProfileSet
+from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
+from daemon.core.settings import Settings
+from daemon.engines import engine_for
+from daemon.engines.base import MetricsSnapshot, Readiness
+from daemon.engines.client import EnginePort
+from daemon.engines.excerpt import journal_excerpt
+from daemon.host.journal import JournalPort
+from daemon.host.systemd import SystemdPort, UnitState
+from daemon.runs.recorder import HostAfter, RunRecorder
+from daemon.serving.metrics import MetricsWindow
+from daemon.serving.policies import Policies
+from daemon.store.serving import ServingStore
+
+log = logging.getLogger("k25.watch")
+LIVE_SAMPLES = 120  # per-interval samples kept in memory for the page's live chart
+
+
+@dataclass(frozen=True)
+class Sample:
+    at: float  # wall clock, seconds
+    tokens_per_s: float | None
+    acceptance_length: float | None
+    running: float | None
+
+
+@dataclass(frozen=True)
+class ServingNow:
+    run_id: int
+    profile: str
+    served_s: float
+    tokens_per_s: float | None
+    acceptance_length: float | None
+    running: float | None
+    waiting: float | None
+    kv_usage: float | None
+    generation_tokens: float | None
+
+
+@dataclass
+class Serving:
+    run_id: int
+    lp: LoadedProfile
+    started: float = field(default_factory=time.monotonic)
+    window: MetricsWindow | None = None
+    task: asyncio.Task[None] | None = None
+    last: MetricsSnapshot | None = None
+    live: deque[Sample] = field(default_factory=lambda: deque(maxlen=LIVE_SAMPLES))
+    hang_acted: bool = False
+    managed: bool = True  # started by k25-ctl; an engine an operator started by hand gets no automatic action
+
+    @property
+    def unit(self) -> str:
+        return self.lp.profile.unit
+
+
+class ServingWatch:
+    def __init__(
+        self,
+        *,
+        settings: Settings,
+        systemd: SystemdPort,
+        journal: JournalPort,
+        engines: EnginePort,
+        recorder: RunRecorder,
+        profiles: Callable[[], ProfileSet],
+    ) -> None:
+        self.settings, self.systemd, self.journal, self.engines = settings, systemd, journal, engines
+        self.recorder, self.profiles = recorder, profiles
+        self.hub = recorder.hub
+        self.store = ServingStore(recorder.store)
+        self.policies = Policies(settings, recorder.hub)
+        self.serving: Serving | None = None
+        self._followers: dict[str, asyncio.Task[None]] = {}
+        self.unit_states: dict[str, UnitState] = {}  # the newest state of each followed unit
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def follow_units(self) -> None:
+        """One follower per managed unit (called at start and after each profile reload)."""
+        if not self.settings.watch_enabled:
+            return
+        units = {lp.profile.unit for lp in self.profiles().valid.values()}
+        for unit in set(self._followers) - units:
+            self._followers.pop(unit).cancel()
+            self.unit_states.pop(unit, None)
+        for unit in units - set(self._followers):
+            self._followers[unit] = asyncio.create_task(self._follow(unit))
+
+    async def close(self) -> None:
+        tasks = [*self._followers.values(), *self._tasks]
+        if self.serving and self.serving.task:
+            tasks.append(self.serving.task)
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t
+
+    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(coro)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    # -- serving runs (the switcher and reconciliation call these) ------------------------------------
+
+    async def begin(
+        self, lp: LoadedProfile, *, parent: int | None, adopt_run: int | None = None, managed: bool = True
+    ) -> int:
+        """A profile is active: its serving run starts (or, after a daemon restart, carries on)."""
+        p = lp.profile
+        if adopt_run is None:
+            new = NewRun(RunKind.SERVING, p.name, None, parent, None, lp.sha256, p.unit)
+            run_id = await self.recorder.create(new)
+            await self.recorder.event(run_id, Phase.SERVING, f"{p.unit} serving")
+        else:
+            run_id = adopt_run
+            await self.recorder.event(run_id, Phase.SERVING, "followed again after a daemon restart")
+        self.serving = Serving(run_id, lp, managed=managed)
+        self.serving.window = MetricsWindow(run_id, p, engine_for(p), self.settings.metrics_row_s)
+        if self.settings.watch_enabled:
+            self.serving.task = asyncio.create_task(self._liveness(self.serving))
+        self.hub.update(serving_run_id=run_id, conflicts=())
+        return run_id
+
+    async def end(self, outcome: Outcome, detail: str, *, host: HostAfter | None = None) -> int | None:
+        """The serving run ends (a switch, a crash, an operator's stop); its last partial row is kept."""
+        serving, self.serving = self.serving, None
+        if serving is None:
+            return None
+        if serving.task is not None:
+            serving.task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await serving.task
+        if serving.window is not None and outcome is Outcome.STOPPED:
+            await self._final_scrape(serving)  # the engine still serves: count up to this moment
+        if serving.window is not None and (row := serving.window.row()) is not None:
+            await asyncio.to_thread(self.store.add_row, row)
+        served = time.monotonic() - serving.started
+        await asyncio.to_thread(self.store.set_served, serving.run_id, served)
+        self.hub.update(serving_run_id=None)
+        crashed = outcome is Outcome.CRASHED
+        await self.recorder.finish(
+            serving.run_id, outcome, error=detail if crashed else None, detail=detail, host=host
+        )
+        return serving.run_id
+
+    def now(self) -> ServingNow | None:
+        """The serving engine's current figures (the newest scrape, the newest live sample)."""
+        s = self.serving
+        if s is None:
+            return None
+        sample = s.live[-1] if s.live else None
+        snap = s.last or MetricsSnapshot()
+        return ServingNow(
+            run_id=s.run_id,
+            profile=s.lp.profile.name,
+            served_s=time.monotonic() - s.started,
+            tokens_per_s=sample.tokens_per_s if sample else None,
+            acceptance_length=sample.acceptance_length if sample else None,
+            running=snap.running,
+            waiting=snap.waiting,
+            kv_usage=snap.kv_usage,
+            generation_tokens=snap.generation_tokens,
+        )
+
+    def live(self, run_id: int) -> list[Sample]:
+        s = self.serving
+        return list(s.live) if s is not None and s.run_id == run_id else []
+
+    # -- unit states -----------------------------------------------------------------------------------
+
+    async def _follow(self, unit: str) -> None:
+        while True:
+            try:
+                async with self.systemd.watch(unit) as states:
+                    async for st in states:
+                        self.unit_states[unit] = st
+                        await self._on_unit(unit, st)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # a D-Bus hiccup must not end the watch: follow again
+                log.exception("following %s failed; following it again", unit)
+                await asyncio.sleep(1.0)
+
+    def _profile_of(self, unit: str) -> LoadedProfile | None:
+        return next((lp for lp in self.profiles().valid.values() if lp.profile.unit == unit), None)
+
+    async def _on_unit(self, unit: str, st: UnitState) -> None:
+        if self.policies.switcher is not None and self.policies.switcher.busy:
+            return  # the switch in progress drives the units: their changes are its own
+        try:  # act on the unit as it is now: a change announced during a switch may be stale by now
+            st = self.unit_states[unit] = await self.systemd.state(unit)
+        except K25Error:
+            return
+        if self.policies.switcher is not None and self.policies.switcher.busy:
+            return
+        serving = self.serving
+        if serving is not None and unit == serving.unit:
+            if st.is_down:
+                await self._unit_down(serving, st)
+            return
+        if st.active_state not in ("active", "activating"):
+            if unit in self.hub.status.conflicts:
+                self.hub.update(conflicts=tuple(u for u in self.hub.status.conflicts if u != unit))
+            return
+        lp = self._profile_of(unit)
+        if lp is None:
+            return
+        what = f"{unit} {st.active_state} ({st.sub_state}, main PID {st.main_pid}), not started by k25-ctl"
+        if serving is not None:
+            if unit not in self.hub.status.conflicts:
+                log.warning("conflict: %s while %s is active", what, serving.lp.profile.name)
+                self.hub.update(conflicts=(*self.hub.status.conflicts, unit))
+                await self._external(lp, f"{what}; conflicts with the active {serving.lp.profile.name}")
+            return
+        if self.hub.status.state in (HostState.NEEDS_RESET, HostState.SWITCHING):
+            return
+        ext = await self._external(lp, f"{what}: followed as active")
+        self.recorder.settle(HostAfter(HostState.ACTIVE, lp.profile.name))
+        await self.begin(lp, parent=ext, managed=False)
+
+    async def _external(self, lp: LoadedProfile, detail: str) -> int:
+        p = lp.profile
+        run_id = await self.recorder.create(
+            NewRun(RunKind.EXTERNAL, p.name, None, None, None, lp.sha256, p.unit)
+        )
+        await self.recorder.finish(run_id, Outcome.OK, error=detail)
+        return run_id
+
+    async def _unit_down(self, serving: Serving, st: UnitState) -> None:
+        p = serving.lp.profile
+        served = time.monotonic() - serving.started
+        how = f"{st.active_state}, result {st.result}, status {st.exec_main_status}"
+        # A stop (systemctl stop; "timeout" when it had to SIGKILL) ends with success or timeout; an engine
+        # that died on its own ends with exit-code, signal, core-dump, oom-kill...
+        if st.result in ("success", "timeout"):
+            detail = f"{p.unit} stopped outside k25-ctl ({how}) after serving {served:.0f}s"
+            ext = await self._external(serving.lp, detail)
+            await self.end(Outcome.STOPPED, f"{detail} (run {ext})", host=HostAfter(HostState.IDLE))
+            return
+        lag = (
+            f"; seen {time.time() - st.exit_timestamp_us / 1e6:.3f}s after the exit"
+            if st.exit_timestamp_us
+            else ""
+        )
+        reason = f"{p.unit} exited on its own ({how}) after serving {served:.0f}s"
+        log.error("%s%s", reason, lag)
+        excerpt = await journal_excerpt(self.journal, serving.lp.profile, [])
+        run_id = await self.end(
+            Outcome.CRASHED,
+            f"{reason}\n{excerpt}".strip(),
+            host=HostAfter(HostState.FAILED, None, reason),
+        )
+        if not serving.managed:  # the operator started it by hand: follow and record, never fight them
+            log.warning("run %s: %s was started outside k25-ctl: no automatic action", run_id, p.name)
+            return
+        policy = p.on_failure or ("restart" if p.name == self.settings.default_profile else "rollback")
+        self._spawn(self.policies.act(policy, serving.lp, run_id, "on_failure"))
+
+    # -- liveness and metrics --------------------------------------------------------------------------
+
+    async def _liveness(self, serving: Serving) -> None:
+        s = self.settings
+        p, engine = serving.lp.profile, engine_for(serving.lp.profile)
+        fails, last_gen, moved = 0, None, time.monotonic()
+        # The first scrape at once (the serving run's counters start where it starts), then one a period.
+        while True:
+            code, bodies = await asyncio.gather(
+                self.engines.health(p, engine, timeout_s=s.health_timeout_s),
+                self.engines.scrape(p, engine, timeout_s=s.health_timeout_s),
+            )
+            now = time.monotonic()
+            fails = 0 if engine.readiness(code) is Readiness.HEALTHY else fails + 1
+            evidence = (
+                f"health failed {fails} times in a row (last answer: {code or 'none'})"
+                if fails >= s.health_failures
+                else None
+            )
+            snap = engine.snapshot(p, bodies) if bodies else None
+            if snap is not None:
+                await self._record(serving, snap, now)
+                gen, running = snap.generation_tokens, snap.running or 0
+                if gen != last_gen or running == 0:
+                    last_gen, moved = gen, now
+                elif now - moved >= s.stall_s:
+                    evidence = (
+                        f"{running:.0f} request(s) running but no token generated for {now - moved:.0f}s "
+                        f"(generation counter at {gen:.0f})"
+                    )
+            await self._health(serving, evidence)
+            await asyncio.sleep(s.watch_interval_s)  # the watch's period: liveness has no event to wait for
+
+    async def _final_scrape(self, serving: Serving) -> None:
+        p = serving.lp.profile
+        engine = engine_for(p)
+        with contextlib.suppress(Exception):  # the engine may be going away: then the last row stands
+            bodies = await self.engines.scrape(p, engine, timeout_s=self.settings.health_timeout_s)
+            if bodies:
+                await self._record(serving, engine.snapshot(p, bodies), time.monotonic())
+
+    async def _record(self, serving: Serving, snap: MetricsSnapshot, now: float) -> None:
+        window = serving.window
+        assert window is not None  # noqa: S101 - set with the serving run
+        before = serving.last
+        serving.last = snap
+        row = window.add(snap, now, datetime.now(UTC))
+        if row is not None:
+            await asyncio.to_thread(self.store.add_row, row)
+        if before is not None and (seconds := self.settings.watch_interval_s) > 0:
+            usage = window.engine.usage_delta(window.profile, before, snap)
+            tps = max(0.0, usage.generation_tokens) / seconds
+            serving.live.append(Sample(time.time(), tps, usage.acceptance_length, snap.running))
+
+    async def _health(self, serving: Serving, evidence: str | None) -> None:
+        state = self.hub.status.state
+        if evidence and state is HostState.ACTIVE:
+            log.warning("run %d: %s unhealthy: %s", serving.run_id, serving.lp.profile.name, evidence)
+            await self.recorder.event(serving.run_id, Phase.UNHEALTHY, evidence)
+            self.hub.update(state=HostState.UNHEALTHY, reason=evidence)
+            if serving.lp.profile.on_hang != "none" and serving.managed and not serving.hang_acted:
+                serving.hang_acted = True
+                self._spawn(
+                    self.policies.act(serving.lp.profile.on_hang, serving.lp, serving.run_id, "on_hang")
+                )
+        elif not evidence and state is HostState.UNHEALTHY:
+            await self.recorder.event(serving.run_id, Phase.SERVING, "healthy again")
+            self.hub.update(state=HostState.ACTIVE, reason=None)
+
+    async def retention(self) -> None:
+        """Bounded history (the sampler runs this hourly): metric rows compacted and aged, old runs gone."""
+        now = datetime.now(UTC)
+        s = self.settings
+        done = await asyncio.to_thread(
+            self.store.compact,
+            minutes_before=now - timedelta(hours=s.metrics_minute_retention_h),
+            hours_before=now - timedelta(days=s.metrics_hour_retention_d),
+        )
+        pruned = await asyncio.to_thread(
+            self.store.prune_runs, before=now - timedelta(days=s.runs_retention_days)
+        )
+        if any(done) or pruned:
+            log.info("retention: %d minute rows compacted to hours, %d hour rows and %d old runs deleted",
+                     *done, pruned)  # fmt: skip

@@ -1,0 +1,80 @@
+"""The shared host sampler: reads are served from what it last saw, never from an NVML or /proc read per
+request. GPUs every `gpu_sample_s`, stray engine processes every `strays_sample_s`; the engine units'
+states come from the serving watch's followers (systemd's own change events)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+
+from daemon.host.gpu import GpuInfo, GpuUnavailable, GpuView
+from daemon.teardown.execute import Teardown
+from daemon.teardown.plan import Victim
+
+log = logging.getLogger("k25.sampler")
+MAINTAIN_EVERY_S = 3600.0
+
+
+class HostSampler:
+    def __init__(
+        self,
+        gpus: GpuView,
+        teardown: Teardown,
+        managed_units: Callable[[], tuple[str, ...]],
+        *,
+        gpu_every_s: float,
+        strays_every_s: float,
+        maintenance: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
+        self.view, self.teardown, self.managed_units = gpus, teardown, managed_units
+        self.gpu_every_s, self.strays_every_s = gpu_every_s, strays_every_s
+        self.gpus: list[GpuInfo] = []
+        self.gpu_error: str | None = None
+        self.strays: list[Victim] = []
+        self.maintenance = maintenance  # hourly: retention of runs and metric rows
+        self._task: asyncio.Task[None] | None = None
+
+    async def sample_gpus(self) -> None:
+        try:
+            self.gpus, self.gpu_error = await asyncio.to_thread(self.view.gpus), None
+        except GpuUnavailable as e:
+            self.gpus, self.gpu_error = [], str(e)
+
+    async def sample_strays(self) -> None:
+        plan = await self.teardown.plan(managed_units=self.managed_units(), full=False)
+        known = {v.pid for v in self.strays}
+        self.strays = [v for v in plan.victims if v.foreign]
+        for v in self.strays:
+            if v.pid not in known:  # each stray once, when it first shows
+                log.warning("stray engine process pid %d (%s): %s; not killed",
+                            v.pid, v.title[:80], "; ".join(v.reasons))  # fmt: skip
+
+    async def start(self) -> None:
+        await self.sample_gpus()
+        await self.sample_strays()
+        self._task = asyncio.create_task(self._run())
+
+    async def _run(self) -> None:
+        strays_at, maintained = time.monotonic(), 0.0
+        while True:
+            await asyncio.sleep(self.gpu_every_s)  # NVML has no change event: sampling is the only way
+            try:
+                await self.sample_gpus()
+                now = time.monotonic()
+                if now - strays_at >= self.strays_every_s:
+                    strays_at = now
+                    await self.sample_strays()
+                if self.maintenance is not None and (not maintained or now - maintained >= MAINTAIN_EVERY_S):
+                    maintained = now
+                    await self.maintenance()
+            except Exception:  # a failed sample keeps the last one; the next try comes anyway
+                log.exception("host sample failed")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task

@@ -1,0 +1,199 @@
+"""Start one engine unit and prove it ready: follow its journal (load progress, errors, ready markers) and
+its unit state (a crash ends the wait at once) from before the start; once HTTP is up, the engine's
+health rule, then one small streamed completion within probe_timeout_s."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from daemon.core.errors import K25Error
+from daemon.core.profiles import Profile
+from daemon.core.run_types import Phase
+from daemon.engines.base import Engine, LogEvent, LogKind, Readiness, ignore_patterns
+from daemon.engines.client import EnginePort, ProbeFailed, ProbeProgress
+from daemon.engines.load_stages import LoadStages
+from daemon.host.journal import JournalPort
+from daemon.host.systemd import SystemdPort, UnitState
+
+HEALTH_RETRY_S = 1.0  # health is asked again this often where no log line announces HTTP (custom engines)
+WARMING_RETRY_S = 0.25  # SGLang answers 503 while it warms up: ask again this often until probe_timeout_s
+ERRORS_KEPT = 20
+# Health can pass before the journal has delivered the lines printed before it (stage durations, the
+# "server started" line): after the probe, wait this long at most for that line, so no stage is lost.
+JOURNAL_CATCHUP_S = 5.0
+
+
+class BringUpFailed(K25Error):
+    def __init__(self, reason: str, errors: list[str]) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.errors = errors
+
+
+@dataclass
+class BringUp:
+    """What was seen while bringing one unit up."""
+
+    errors: list[str] = field(default_factory=list)
+    load_seconds: float | None = None
+    last_percent: int | None = None
+    probe: ProbeProgress = field(default_factory=ProbeProgress)
+
+
+class BringUpEvents(Protocol):
+    """Where bring_up reports its steps (the switch records each one as an event of its run)."""
+
+    async def phase(self, phase: Phase, detail: str, *, load_seconds: float | None = None) -> None: ...
+    async def progress(self, ev: LogEvent) -> None: ...
+    async def stage(self, stage: str, seconds: float) -> None: ...
+
+
+async def bring_up(
+    profile: Profile,
+    engine: Engine,
+    *,
+    systemd: SystemdPort,
+    journal: JournalPort,
+    prober: EnginePort,
+    events: BringUpEvents,
+    start_timeout_s: float = 120.0,
+    start: bool = True,
+) -> BringUp:
+    """`start=False`: the unit already runs (a daemon restart cut the switch short): follow it instead."""
+    ignore = ignore_patterns(profile)
+    seen = BringUp()
+    http_up = asyncio.Event()
+    logged_up = asyncio.Event()  # the journal has reached the engine's "HTTP up" line
+    start_done = asyncio.Event()  # down states before the start job ended are the previous run's
+    began = time.monotonic()
+
+    async with journal.follow(profile.unit) as records, systemd.watch(profile.unit) as states:
+        stages = LoadStages(engine)  # each completed stage goes to events.stage (the run keeps them)
+
+        async def read_journal() -> None:
+            async for rec in records:
+                if (stage := stages.feed(rec.message, rec.timestamp)) is not None:
+                    await events.stage(stage, stages.stages[stage])
+                ev = engine.classify_line(rec.message, ignore)
+                if ev is None:
+                    continue
+                if ev.kind is LogKind.PROGRESS:
+                    if ev.percent != seen.last_percent:
+                        seen.last_percent = ev.percent
+                        await events.progress(ev)
+                elif ev.kind is LogKind.READY:
+                    http_up.set()
+                    logged_up.set()
+                elif ev.kind is LogKind.ERROR:
+                    seen.errors = [*seen.errors[-(ERRORS_KEPT - 1) :], ev.line]
+
+        async def watch_unit() -> UnitState:
+            async for st in states:
+                if start_done.is_set() and st.is_down:
+                    return st
+            raise BringUpFailed("the unit's state stream ended", seen.errors)
+
+        async def ask_health() -> None:
+            while not http_up.is_set():
+                if await prober.health(profile, engine) is not None:
+                    http_up.set()
+                    return
+                await asyncio.sleep(HEALTH_RETRY_S)
+
+        tasks = [asyncio.create_task(read_journal()), asyncio.create_task(ask_health())]
+        unit_down = asyncio.create_task(watch_unit())
+        try:
+            if start:
+                await events.phase(Phase.START, profile.unit)
+                outcome = await systemd.start(profile.unit, within_s=start_timeout_s)
+                if not outcome.ok:
+                    raise BringUpFailed(
+                        f"systemd could not start {profile.unit}: job {outcome.job_result}", seen.errors
+                    )
+            start_done.set()
+            now = await systemd.state(profile.unit)
+            if now.is_down:  # it died before the stream could tell: a crash right at exec
+                raise BringUpFailed(
+                    f"{profile.unit} exited right after its start ({now.result}, "
+                    f"status {now.exec_main_status})",
+                    seen.errors,
+                )
+            how = "started" if start else "followed after a daemon restart"
+            await events.phase(Phase.LOADING, f"{profile.unit} {how} (main PID {now.main_pid})")
+            await _first(http_up.wait(), unit_down, profile.load_timeout_s, Phase.LOADING, profile, seen)
+            seen.load_seconds = time.monotonic() - began
+            await events.phase(
+                Phase.PROBING, f"HTTP up after {seen.load_seconds:.1f}s", load_seconds=seen.load_seconds
+            )
+            probe = _probe(profile, engine, prober, seen.probe, events)
+            await _first(probe, unit_down, profile.probe_timeout_s, Phase.PROBING, profile, seen)
+            if engine.ready_res:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(logged_up.wait(), JOURNAL_CATCHUP_S)
+        finally:
+            for t in (*tasks, unit_down):
+                t.cancel()
+            for t in (*tasks, unit_down):
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await t
+    return seen
+
+
+async def _probe(
+    profile: Profile, engine: Engine, prober: EnginePort, progress: ProbeProgress, events: BringUpEvents
+) -> None:
+    while True:
+        progress.health = await prober.health(profile, engine)
+        state = engine.readiness(progress.health)
+        if state is Readiness.HEALTHY:
+            break
+        if state is Readiness.DEAD:
+            raise ProbeFailed(
+                f"the engine reports itself dead on {profile.base_url} (HTTP {progress.health})"
+            )
+        await asyncio.sleep(WARMING_RETRY_S)
+    progress.health_passed = True
+    await events.phase(Phase.PROBING, f"health passed (HTTP {progress.health}); probing a generation")
+    chunks = await prober.generate(profile, engine, progress)
+    await events.phase(Phase.PROBING, f"probe generation finished ({chunks} chunk(s))")
+
+
+async def _first(
+    work: Awaitable[object],
+    unit_down: asyncio.Task[UnitState],
+    within_s: float,
+    phase: Phase,
+    profile: Profile,
+    seen: BringUp,
+) -> None:
+    """Wait for `work`, but fail at once if the unit goes down, and after `within_s` at the latest."""
+    task = asyncio.ensure_future(work)
+    try:
+        done, _ = await asyncio.wait({task, unit_down}, timeout=within_s, return_when=asyncio.FIRST_COMPLETED)
+    except asyncio.CancelledError:
+        task.cancel()
+        raise
+    if unit_down in done and task not in done:
+        task.cancel()
+        st = unit_down.result()
+        raise BringUpFailed(
+            f"{profile.unit} exited during {phase} ({st.active_state}, result {st.result}, "
+            f"status {st.exec_main_status})",
+            seen.errors,
+        )
+    if task not in done:
+        task.cancel()
+        if phase is Phase.LOADING:
+            what = f"HTTP did not come up within load_timeout_s={within_s:.0f}s"
+        else:
+            what = f"not ready within probe_timeout_s={within_s:.0f}s: {seen.probe.what_hung()}"
+        raise BringUpFailed(f"{profile.unit}: {what}", seen.errors)
+    try:
+        task.result()
+    except ProbeFailed as e:
+        raise BringUpFailed(f"{profile.unit}: {e}", seen.errors) from e

@@ -1,0 +1,386 @@
+"""The activation transaction: stop -> teardown -> start -> loading -> probing -> active, every step recorded
+through the RunRecorder as it happens; on failure, timeout, cancel or any error: the journal excerpt, stop,
+teardown, and one rollback to the last known-good profile as a linked run; if that fails too, `degraded`.
+One at a time. Profiles are read afresh for each switch, and the engine execs exactly the recorded argv."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from daemon.core.errors import Busy, InvalidInput, K25Error, NotFound, Refused
+from daemon.core.hoststate import HostState
+from daemon.core.profiles import LoadedProfile, Profile, ProfileSet
+from daemon.core.run_types import CutShort, NewRun, Outcome, Phase, Progress, RunKind
+from daemon.engines import engine_for
+from daemon.engines.base import LogEvent
+from daemon.engines.client import EnginePort
+from daemon.engines.excerpt import journal_excerpt
+from daemon.host.journal import JournalPort
+from daemon.host.systemd import SystemdPort
+from daemon.runs.recorder import HostAfter, RunRecorder
+from daemon.store.queries import Store
+from daemon.switching.bringup import BringUpFailed, bring_up
+from daemon.teardown.execute import Teardown
+
+log = logging.getLogger("k25.switch")
+
+
+class SwitchFailed(K25Error):
+    def __init__(self, reason: str, excerpt: str = "", needs_reset: bool = False) -> None:
+        super().__init__(reason)
+        self.reason, self.excerpt, self.needs_reset = reason, excerpt, needs_reset
+
+
+@dataclass(frozen=True)
+class SwitchPorts:
+    """What a switch drives: the engine units, their journals, the teardown, the engines' HTTP."""
+
+    systemd: SystemdPort
+    journal: JournalPort
+    teardown: Teardown
+    prober: EnginePort
+
+
+class ServingHooks(Protocol):
+    """The serving watch: a serving run begins when a switch ends active, and ends when a switch starts."""
+
+    async def begin(
+        self, lp: LoadedProfile, *, parent: int | None, adopt_run: int | None = None, managed: bool = True
+    ) -> int: ...
+    async def end(self, outcome: Outcome, detail: str, *, host: HostAfter | None = None) -> int | None: ...
+
+
+WarmHook = Callable[[int, Profile, Callable[[str, float], Awaitable[None]]], Coroutine[Any, Any, None]]
+
+
+class _Events:
+    """bring_up's steps, recorded as events of one run."""
+
+    def __init__(self, recorder: RunRecorder, run_id: int) -> None:
+        self.recorder, self.run_id = recorder, run_id
+        self.stages: dict[str, float] = {}  # the engine's load stages, and a warm before the start
+
+    async def phase(self, phase: Phase, detail: str, *, load_seconds: float | None = None) -> None:
+        await self.recorder.event(self.run_id, phase, detail, load_seconds=load_seconds)
+
+    async def stage(self, stage: str, seconds: float) -> None:
+        self.stages[stage] = seconds
+        await self.recorder.event(
+            self.run_id, Phase.LOADING, f"load stage {stage}: {seconds:.1f}s", load_stages=self.stages
+        )
+
+    async def progress(self, ev: LogEvent) -> None:
+        p = Progress(ev.percent or 0, ev.done or 0, ev.total or 0)
+        await self.recorder.event(
+            self.run_id, Phase.LOADING, f"{p.percent}% ({p.done}/{p.total})", progress=p
+        )
+
+
+class Switcher:
+    def __init__(
+        self,
+        *,
+        profiles: Callable[[], Awaitable[ProfileSet]],
+        ports: SwitchPorts,
+        store: Store,
+        recorder: RunRecorder,
+        default_profile: str,
+        stop_timeout_s: float,
+        write_launch: Callable[[LoadedProfile, int, list[str]], object],
+        serving: ServingHooks,
+    ) -> None:
+        self._read_profiles, self.ports, self.store, self.recorder = profiles, ports, store, recorder
+        self.hub = recorder.hub
+        self.default_profile, self.stop_timeout_s, self._write_launch = (
+            default_profile,
+            stop_timeout_s,
+            write_launch,
+        )
+        self._task: asyncio.Task[None] | None = None
+        self._run_id: int | None = None
+        self._rolling_back = False
+        self._cancelling = False
+        self._admission = asyncio.Lock()
+        self.serving = serving
+        self.gate: Callable[[], str | None] = lambda: None  # the job in progress, if any
+        self.warm: WarmHook | None = None  # reads a profile's weights into the page cache
+
+    @property
+    def busy(self) -> bool:
+        return self._task is not None
+
+    # -- requests -------------------------------------------------------------------------------------
+
+    async def activate(
+        self,
+        name: str,
+        *,
+        force: bool = False,
+        kind: RunKind = RunKind.SWITCH,
+        parent: int | None = None,
+        from_profile: str | None = None,
+    ) -> int | None:
+        """Start a switch (or a restart or rollback the serving watch asks for, linked to `parent`); returns
+        its run id, or None when `name` is already active and healthy."""
+        profiles = await self._read_profiles()  # afresh: the file as it is now is what runs
+        lp = profiles.get(name)
+        if lp is None:
+            bad = next((str(p) for p in profiles.invalid if p.name == name), None)
+            raise NotFound(f"profile {name!r} is invalid: {bad}" if bad else f"no valid profile {name!r}")
+        async with self._admission:  # check and claim in one step: two requests never both get through
+            if self._task is not None:
+                raise Busy(f"run {self._run_id} (switch to {self.hub.status.target_profile}) is in progress")
+            if parent is None and (job := self.gate()):  # an operator's switch waits for a benchmark
+                raise Busy(job)
+            if self.hub.status.state is HostState.NEEDS_RESET:
+                raise Refused(f"the host needs a GPU reset or reboot: {self.hub.status.reason}")
+            st = self.hub.status
+            if not force and st.state is HostState.ACTIVE and st.active_profile == name:
+                if (await self.ports.systemd.state(lp.profile.unit)).is_active:
+                    return None
+            previous = from_profile or st.active_profile
+            run_id = await self._new_run(kind, lp, from_profile=previous, parent=parent)
+            self._run_id = run_id
+            self.recorder.begin(run_id, name)
+            self._task = asyncio.create_task(self._transaction(run_id, lp, previous))
+            return run_id
+
+    async def resume(self, lp: LoadedProfile, *, parent: int, from_profile: str | None) -> int:
+        """After a daemon restart mid-start: the engine that run `parent` started still runs but was never
+        proven ready. A new run follows it (no stop, no start) through loading and the probe."""
+        async with self._admission:
+            run_id = await self._new_run(RunKind.SWITCH, lp, from_profile=from_profile, parent=parent)
+            self._run_id = run_id
+            self.recorder.begin(run_id, lp.profile.name)
+            await self.recorder.event(
+                run_id, Phase.CREATED, f"resumes run {parent}: the daemon restarted while its engine started"
+            )
+            self._task = asyncio.create_task(self._transaction(run_id, lp, from_profile, resume=True))
+            return run_id
+
+    async def after_restart(self, cut: CutShort | None, *, resume: bool) -> None:
+        """Finish what a daemon restart cut short: probe the engine it was starting (`resume`), or, with
+        nothing running, bring the known-good profile back (the undo it could not finish)."""
+        if cut is None:
+            return
+        profiles = await self._read_profiles()
+        lp = profiles.get(cut.profile)
+        if resume and lp is not None:
+            await self.resume(lp, parent=cut.run_id, from_profile=cut.from_profile)
+            return
+        target = await self.rollback_target(cut.profile, cut.from_profile)
+        if target is None:
+            what = f"run {cut.run_id} ({cut.kind} to {cut.profile}, in {cut.phase})"
+            reason = f"the daemon stopped during {what} and no known-good profile is left: activate one"
+            self.recorder.settle(HostAfter(HostState.DEGRADED, None, reason))
+            return
+        log.warning("run %d was cut short in %s with nothing running: restoring %s",
+                    cut.run_id, cut.phase, target.profile.name)  # fmt: skip
+        await self.activate(
+            target.profile.name,
+            force=True,
+            kind=RunKind.ROLLBACK,
+            parent=cut.run_id,
+            from_profile=cut.profile,
+        )
+
+    async def wait(self, run_id: int) -> None:
+        """Until the run (and any rollback it started) has ended."""
+        task = self._task
+        if task is not None and self._run_id == run_id:
+            await asyncio.shield(task)
+
+    async def settled(self) -> None:
+        """Until the switch in progress (with any rollback it started) has ended."""
+        if self._task is not None:
+            await asyncio.wait({self._task})
+
+    async def cancel(self, run_id: int) -> None:
+        if self._task is None or self._run_id != run_id:
+            raise InvalidInput(f"run {run_id} is not in progress")
+        if self._rolling_back:
+            raise Busy(f"run {run_id} has failed and is rolling back: the rollback cannot be cancelled")
+        if self._cancelling:
+            raise Busy(f"run {run_id} is already being cancelled")
+        self._cancelling = True
+        log.info("run %d: cancel requested", run_id)
+        self._task.cancel()
+
+    # -- the transaction -------------------------------------------------------------------------------
+
+    async def _new_run(
+        self, kind: RunKind, lp: LoadedProfile, *, from_profile: str | None, parent: int | None = None
+    ) -> int:
+        p = lp.profile
+        new = NewRun(kind, p.name, from_profile, parent, engine_for(p).argv(p), lp.sha256, p.unit)
+        return await self.recorder.create(new)
+
+    async def _transaction(
+        self, run_id: int, lp: LoadedProfile, previous: str | None, *, resume: bool = False
+    ) -> None:
+        try:
+            await self.serving.end(Outcome.STOPPED, f"switched away by run {run_id} (to {lp.profile.name})")
+            failure = await self._attempt(run_id, lp, cancellable=True, resume=resume)
+            if failure is None:
+                return
+            self._rolling_back = True  # from here on a cancel is refused (and a second one was already)
+            await self._recover(run_id, lp, *failure, previous)
+        except Exception as e:  # recording the failure failed too (the database, a bug): never stay switching
+            log.exception("run %d: could not record the end of the switch", run_id)
+            why = f"run {run_id} ended in an internal error: {type(e).__name__}: {e}"
+            self.recorder.settle(HostAfter(HostState.DEGRADED, None, why))
+        finally:
+            self._task, self._run_id, self._rolling_back, self._cancelling = None, None, False, False
+
+    async def _attempt(
+        self, run_id: int, lp: LoadedProfile, *, cancellable: bool, resume: bool = False
+    ) -> tuple[Outcome, SwitchFailed] | None:
+        """One switch; any way it can fail becomes (outcome, SwitchFailed)."""
+        try:
+            await self._switch(run_id, lp, resume=resume)
+            return None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if not cancellable or task is None:
+                raise
+            task.uncancel()
+            return Outcome.CANCELLED, SwitchFailed("cancelled by request")
+        except SwitchFailed as e:
+            return Outcome.FAILED, e
+        except K25Error as e:
+            return Outcome.FAILED, SwitchFailed(str(e))
+        except Exception as e:  # a bug or an OS error: the run fails with it, recorded and logged
+            log.exception("run %d: internal error during the switch", run_id)
+            return Outcome.FAILED, SwitchFailed(f"internal error: {type(e).__name__}: {e}")
+
+    async def _recover(
+        self, run_id: int, lp: LoadedProfile, outcome: Outcome, failure: SwitchFailed, previous: str | None
+    ) -> None:
+        """After a failed switch: clean up, then link and start the rollback before the run's final event."""
+        error = await self._cleanup(run_id, lp, failure)
+        if failure.needs_reset:
+            await self.recorder.finish(
+                run_id, outcome, error=error, host=HostAfter(HostState.NEEDS_RESET, None, failure.reason)
+            )
+            return
+        target = await self.rollback_target(lp.profile.name, previous)
+        if target is None:
+            reason = f"{lp.profile.name}: {failure.reason}; no known-good profile to return to"
+            await self.recorder.finish(
+                run_id, outcome, error=error, host=HostAfter(HostState.DEGRADED, None, reason)
+            )
+            return
+        rb = await self._new_run(RunKind.ROLLBACK, target, from_profile=lp.profile.name, parent=run_id)
+        await self.recorder.event(run_id, Phase.ROLLBACK, f"rolling back to {target.profile.name} (run {rb})")
+        await self.recorder.finish(run_id, outcome, error=error, rollback_run_id=rb)
+        self._run_id = rb
+        self.recorder.begin(rb, target.profile.name)
+        second = await self._attempt(rb, target, cancellable=False)
+        if second is None:
+            return
+        _, again = second
+        rb_error = await self._cleanup(rb, target, again)
+        state = HostState.NEEDS_RESET if again.needs_reset else HostState.DEGRADED
+        reason = (
+            f"switch failed ({failure.reason}); rollback to {target.profile.name} failed "
+            f"({again.reason}); no engine runs, no further attempt"
+        )
+        await self.recorder.finish(rb, Outcome.FAILED, error=rb_error, host=HostAfter(state, None, reason))
+
+    async def _cleanup(self, run_id: int, lp: LoadedProfile, failure: SwitchFailed) -> str:
+        """Stop the unit that failed and tear down again; returns the run's error text."""
+        await self.recorder.event(run_id, Phase.CLEANUP, failure.reason)
+        excerpt = failure.excerpt or failure.reason
+        if not failure.needs_reset:
+            try:
+                await self._stop_and_teardown(run_id, tuple(lp.profile.gpus))
+            except SwitchFailed as e:
+                failure.needs_reset = e.needs_reset
+                excerpt += f"\n[cleanup] {e.reason}"
+            except Exception as e:
+                log.exception("run %d: cleanup failed", run_id)
+                excerpt += f"\n[cleanup] {type(e).__name__}: {e}"
+        return f"{failure.reason}\n{excerpt}" if failure.excerpt else excerpt
+
+    async def rollback_target(self, failed: str, previous: str | None) -> LoadedProfile | None:
+        """The profile a failure returns to: the previous one, the last good one, or the default."""
+        profiles = await self._read_profiles()
+        last_good = await asyncio.to_thread(self.store.last_good_profile)
+        for name in (previous, last_good, self.default_profile):
+            if name and name != failed and (lp := profiles.get(name)) is not None:
+                return lp
+        return None
+
+    async def _switch(self, run_id: int, lp: LoadedProfile, *, resume: bool = False) -> None:
+        p = lp.profile
+        engine = engine_for(p)
+        events = _Events(self.recorder, run_id)
+        if not resume:
+            # A warm of the target's weights runs while the old engine stops; the start waits for it.
+            warming: asyncio.Task[None] | None = (
+                asyncio.create_task(self.warm(run_id, p, events.stage))
+                if self.warm is not None and p.warm != "off"
+                else None
+            )
+            try:
+                await self._stop_and_teardown(run_id, gpus=tuple(p.gpus), ports=(p.port,))
+                await asyncio.to_thread(self._write_launch, lp, run_id, engine.argv(p))
+                with contextlib.suppress(K25Error):  # a unit left failed earlier may start again
+                    await self.ports.systemd.reset_failed(p.unit)
+                if warming is not None:
+                    await warming
+            finally:
+                if warming is not None and not warming.done():
+                    warming.cancel()
+        try:
+            seen = await bring_up(
+                p,
+                engine,
+                systemd=self.ports.systemd,
+                journal=self.ports.journal,
+                prober=self.ports.prober,
+                events=events,
+                start=not resume,
+            )
+        except BringUpFailed as e:
+            raise SwitchFailed(e.reason, await self._excerpt(p, e.errors)) from e
+        await self.recorder.finish(
+            run_id, Outcome.ACTIVE, load_seconds=seen.load_seconds, host=HostAfter(HostState.ACTIVE, p.name)
+        )
+        await self.serving.begin(lp, parent=run_id)
+
+    async def _stop_and_teardown(
+        self, run_id: int, gpus: tuple[int, ...] | None, ports: tuple[int, ...] = ()
+    ) -> None:
+        profiles = await self._read_profiles()
+        units = tuple(dict.fromkeys(lp.profile.unit for lp in profiles.valid.values()))
+        cgroups: dict[str, str] = {}
+        for unit in units:
+            st = await self.ports.systemd.state(unit)
+            if not st.is_down:
+                cgroups[unit] = st.control_group
+                await self.recorder.event(run_id, Phase.STOP, f"stopping {unit} ({st.active_state})")
+                out = await self.ports.systemd.stop(unit, within_s=self.stop_timeout_s)
+                how = " (SIGKILL after TimeoutStopSec)" if out.stop_escalated else ""
+                await self.recorder.event(
+                    run_id, Phase.STOP, f"stopped {unit}: job {out.job_result}{how} in {out.seconds:.1f}s"
+                )
+        if not cgroups:
+            await self.recorder.event(run_id, Phase.STOP, "no engine unit was running")
+        await self.recorder.event(
+            run_id, Phase.TEARDOWN, f"planning (GPUs {list(gpus or [])}, ports {list(ports)})"
+        )
+        report = await self.ports.teardown.run(gpus, unit_cgroups=cgroups, managed_units=units, ports=ports)
+        await self.recorder.teardown(run_id, report)
+        if report.needs_reset:
+            raise SwitchFailed(report.error or "needs_reset", needs_reset=True)
+        if not report.ok:
+            raise SwitchFailed(f"teardown did not leave the GPUs clean: {report.error}")
+
+    async def _excerpt(self, profile: Profile, errors: list[str]) -> str:
+        return await journal_excerpt(self.ports.journal, profile, errors)

@@ -1,0 +1,117 @@
+"""Reads under load, against the daemon in a sandbox: GET /status at a fixed 200 requests/s for 30 s while
+100 clients hold /events open (p50/p99), and GET /metrics over a runs table of 100k rows (p50/p99).
+Targets: /status p99 <= 10 ms, /metrics p99 <= 20 ms. Needs root. `python perf/api_load.py`"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import random
+import sqlite3
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from daemon.sandbox import sandbox as sbx
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] * 1000
+
+
+async def status_load(url: str, rate: float, seconds: float, streams: int) -> list[float]:
+    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
+    async with (
+        httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as c,
+        httpx.AsyncClient(
+            base_url=url,
+            timeout=httpx.Timeout(30, read=None),
+            limits=httpx.Limits(max_connections=streams + 4),
+        ) as sse,
+    ):
+        opened = asyncio.Event()
+        count = 0
+
+        async def hold() -> None:
+            nonlocal count
+            async with sse.stream("GET", "/events") as r:
+                count += 1
+                if count == streams:
+                    opened.set()
+                async for _ in r.aiter_lines():
+                    pass
+
+        holders = [asyncio.create_task(hold()) for _ in range(streams)]
+        await asyncio.wait_for(opened.wait(), 60)
+        latencies: list[float] = []
+
+        async def one() -> None:
+            t = time.perf_counter()
+            r = await c.get("/status")
+            r.raise_for_status()
+            latencies.append(time.perf_counter() - t)
+
+        tasks = []
+        start = time.perf_counter()
+        for i in range(int(rate * seconds)):  # open loop: requests leave on schedule, whatever the answers do
+            await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
+            tasks.append(asyncio.create_task(one()))
+        await asyncio.gather(*tasks)
+        for h in holders:
+            h.cancel()
+        return latencies
+
+
+def fill_runs(db: Path, n: int) -> None:
+    rng = random.Random(25)  # noqa: S311 - test data, not secrets
+    kinds = ("switch", "rollback", "serving", "external", "teardown")
+    outcomes = ("active", "failed", "cancelled", "stopped", "crashed", "ok")
+    profiles = ("baseline", "vllm-eagle3", "sglang-eagle3")
+    with sqlite3.connect(db, timeout=30) as c:
+        c.executemany(
+            "insert into runs(kind, profile, outcome, phase, started_at, ended_at, load_seconds) "
+            "values (?, ?, ?, ?, '2026-11-01 10:00:00.000000', '2026-11-01 10:01:00.000000', 12.5)",
+            [(rng.choice(kinds), rng.choice(profiles), o, o) for o in rng.choices(outcomes, k=n)],
+        )
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rate", type=float, default=200.0)
+    ap.add_argument("--seconds", type=float, default=30.0)
+    ap.add_argument("--streams", type=int, default=100)
+    ap.add_argument("--runs", type=int, default=100_000)
+    args = ap.parse_args()
+    info = sbx.up(load_seconds=0.5, settings={"max_sse_streams": str(args.streams + 16)})
+    try:
+        auth = {"Authorization": f"Bearer {info.token}"}
+        httpx.post(f"{info.url}/profiles/baseline/activate", params={"wait": True}, headers=auth, timeout=120)
+        lat = asyncio.run(status_load(info.url, args.rate, args.seconds, args.streams))
+        print(f"GET /status at {args.rate:.0f}/s for {args.seconds:.0f}s with {args.streams} /events streams open: "
+              f"n={len(lat)} p50 {pct(lat, 50):.2f} ms, p99 {pct(lat, 99):.2f} ms, max {max(lat) * 1000:.1f} ms "
+              f"(target p99 <= 10 ms)")  # fmt: skip
+        fill_runs(Path(info.dir) / "state/k25.db", args.runs)
+        # A daemon with that history: it aggregates the runs once at start, then keeps the figures current.
+        subprocess.run(info.inside(["systemctl", "restart", "k25-ctl.service"]), check=True, timeout=120)
+        with httpx.Client(base_url=info.url, timeout=30) as c:
+            c.get("/metrics")
+            lat = []
+            for _ in range(200):
+                t = time.perf_counter()
+                c.get("/metrics").raise_for_status()
+                lat.append(time.perf_counter() - t)
+        print(f"GET /metrics with {args.runs} more runs (daemon restarted over them): p50 {pct(lat, 50):.2f} ms, p99 {pct(lat, 99):.2f} ms, "
+              f"mean {statistics.mean(lat) * 1000:.2f} ms (target p99 <= 20 ms)")  # fmt: skip
+    finally:
+        sbx.down(info)
+
+
+if __name__ == "__main__":
+    main()
