@@ -4,7 +4,6 @@ results, turned into schemas."""
 from __future__ import annotations
 
 import asyncio
-import json
 from dataclasses import asdict
 from typing import Any
 
@@ -21,7 +20,7 @@ from daemon.benchmark.experiments import Benchmarks, ExperimentRequest
 from daemon.benchmark.spec import BenchmarkSpec
 from daemon.core.errors import NotFound
 from daemon.core.run_types import Outcome, RunKind
-from daemon.store.bench import BenchmarkView, unpack
+from daemon.store.bench import BenchmarkView, ExperimentView, unpack
 from daemon.store.models import Run
 
 COMPARE_WINDOW = 500  # newest benchmarks compare reads
@@ -74,13 +73,10 @@ class BenchController:
         found = await asyncio.to_thread(self.bench_store.experiment, run_id=run_id)
         if found is None:
             raise NotFound(f"no experiment run {run_id}")
-        return experiment_out(*found)
+        return experiment_out(found)
 
     async def experiments(self, *, limit: int) -> list[ExperimentOut]:
-        return [
-            experiment_out(e, r)
-            for e, r in await asyncio.to_thread(self.bench_store.experiments, limit=limit)
-        ]
+        return [experiment_out(e) for e in await asyncio.to_thread(self.bench_store.experiments, limit=limit)]
 
     async def compare(self, *, baseline: str, spec_hash: str | None) -> CompareOut:
         views = await asyncio.to_thread(self.bench_store.recent, limit=COMPARE_WINDOW)
@@ -92,8 +88,8 @@ class BenchController:
                 prompt_hash=v.bench.prompt_hash,
                 gpu_key=v.bench.gpu_key,
                 experiment_run_id=v.bench.experiment_run_id,
-                levels=[json.loads(lv.summary) for lv in v.levels],
-                provenance=json.loads(v.bench.provenance),
+                levels=v.summaries,
+                provenance=v.provenance,
             )
             for v in views
             if v.run.outcome == Outcome.OK
@@ -120,10 +116,10 @@ def bench_out(v: BenchmarkView, *, requests: bool) -> BenchmarkOut:
         profile=b.profile,
         experiment_run_id=b.experiment_run_id,
         repeat=b.repeat,
-        spec=json.loads(b.spec),
+        spec=v.spec,
         spec_hash=b.spec_hash,
         prompt_hash=b.prompt_hash,
-        provenance=ProvenanceOut.model_validate(json.loads(b.provenance)),
+        provenance=ProvenanceOut.model_validate(v.provenance),
         output_throughput=b.output_throughput,
         acceptance_length=b.acceptance_length,
         acceptance_rate=b.acceptance_rate,
@@ -132,21 +128,18 @@ def bench_out(v: BenchmarkView, *, requests: bool) -> BenchmarkOut:
             BenchmarkLevelOut(
                 concurrency=lv.concurrency,
                 request_rate=lv.request_rate,
-                summary=json.loads(lv.summary),
+                summary=summary,
                 requests=unpack(lv.requests) if requests else None,
             )
-            for lv in v.levels
+            for lv, summary in zip(v.levels, v.summaries, strict=True)
         ],
     )
 
 
-def experiment_out(e: Any, r: Run) -> ExperimentOut:
-    record = json.loads(e.steps) if e.steps else {}
-    if not isinstance(record, dict):
-        record = {}
+def experiment_out(e: ExperimentView) -> ExperimentOut:
     return ExperimentOut(
-        **_run_fields(r),
-        request=json.loads(e.request),
-        steps=record.get("steps", []),
-        restore=record.get("restore"),
+        **_run_fields(e.run),
+        request=e.request,
+        steps=e.record.get("steps", []),
+        restore=e.record.get("restore"),
     )

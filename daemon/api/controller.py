@@ -13,6 +13,7 @@ from daemon.api.benchmark_controller import BenchController
 from daemon.api.schemas import (
     AcceptedOut,
     CancelOut,
+    GpuOut,
     LiveSampleOut,
     MetricRowOut,
     ProfileOut,
@@ -27,6 +28,7 @@ from daemon.api.schemas import (
     TeardownRecordOut,
     TeardownReportOut,
     TeardownRunOut,
+    UnitStateOut,
     VictimOut,
 )
 from daemon.core import redact
@@ -40,8 +42,8 @@ from daemon.serving.watch import ServingWatch
 from daemon.status.exporter import K25Collector
 from daemon.status.exporter import render as render_metrics
 from daemon.status.inventory import Inventory
+from daemon.status.sampler import HostSampler
 from daemon.store.queries import RunView, Store
-from daemon.switching.reconcile import Reconciled
 from daemon.switching.transaction import Switcher
 from daemon.teardown.execute import Teardown
 from daemon.warming.service import WarmService
@@ -52,6 +54,7 @@ class Controller:
         self,
         *,
         inventory: Inventory,
+        sampler: HostSampler,
         switcher: Switcher,
         recorder: RunRecorder,
         teardown: Teardown,
@@ -61,36 +64,41 @@ class Controller:
         jobs: Jobs,
         warms: WarmService,
     ) -> None:
-        self.inventory, self.switcher, self.recorder, self.teardown = inventory, switcher, recorder, teardown
+        self.inventory, self.sampler, self.switcher = inventory, sampler, switcher
+        self.recorder, self.teardown = recorder, teardown
         self.watch, self.bench, self.jobs, self.warms = watch, bench, jobs, warms
         self.store: Store = recorder.store
         self.hub: StateHub = recorder.hub
         self.default_profile = default_profile
-        self.reconciled = Reconciled()
-        self.collector = K25Collector(self.hub, self.store, inventory.sampler, watch.now)
+        self.collector = K25Collector(self.hub, self.store, sampler, watch.now)
 
     async def metrics(self) -> bytes:
         return await asyncio.to_thread(render_metrics, self.collector)
 
     def _units(self) -> tuple[str, ...]:
-        return tuple(lp.profile.unit for lp in self.inventory.profiles.valid.values())
+        return self.inventory.units()
+
+    async def _unit_states(self) -> dict[str, UnitStateOut]:
+        states = await self.inventory.unit_states(self.watch.unit_states)
+        return {name: UnitStateOut.model_validate(u, from_attributes=True) for name, u in states.items()}
 
     async def status(self) -> StatusOut:
         st = self.hub.status
         run = await self.run(st.run_id) if st.run_id else None
-        gpus, gpu_error = self.inventory.gpus()
         return StatusOut(
             **asdict(st),
             current_run=run,
-            gpus=gpus,
-            gpu_error=gpu_error,
-            units=await self.inventory.unit_states(),
-            strays=[VictimOut.model_validate(v) for v in self.inventory.sampler.strays],
+            gpus=[GpuOut.model_validate(g) for g in self.sampler.gpus],
+            gpu_error=self.sampler.gpu_error,
+            units=await self._unit_states(),
+            strays=[VictimOut.model_validate(v) for v in self.sampler.strays],
             serving=self.watch.now(),
         )
 
     async def profiles(self) -> list[ProfileOut]:
-        return self.inventory.profile_list(await self.inventory.unit_states(), self.warms.residency())
+        units = await self.inventory.unit_states(self.watch.unit_states)
+        infos = self.inventory.profile_list(units, self.warms.residency())
+        return [ProfileOut.model_validate(i, from_attributes=True) for i in infos]
 
     async def profile(self, name: str) -> ProfileOut:
         for p in await self.profiles():
@@ -108,7 +116,7 @@ class Controller:
         if run_id is None:
             return AcceptedOut(run_id=None, detail="already active")
         if wait:
-            await self.switcher.wait(run_id)
+            await self.jobs.wait(run_id)
             return await self.run(run_id)
         return AcceptedOut(run_id=run_id)
 
@@ -119,8 +127,7 @@ class Controller:
         return await self.activate(self.default_profile, force=False, wait=wait)
 
     async def cancel(self, run_id: int) -> CancelOut:
-        if not self.jobs.cancel(run_id) and not self.warms.cancel(run_id):  # a job or a warm, else a switch
-            await self.switcher.cancel(run_id)
+        self.jobs.cancel(run_id)
         return CancelOut(run_id=run_id, cancelling=True)
 
     async def run(self, run_id: int) -> RunOut:
@@ -199,7 +206,7 @@ class Controller:
 
 def run_out(view: RunView, *, details: bool) -> RunOut:
     r = view.run
-    stages: dict[str, float] | None = json.loads(r.load_stages) if r.load_stages else None
+    stages = view.load_stages
     return RunOut(
         id=r.id or 0,
         kind=r.kind,
@@ -214,7 +221,7 @@ def run_out(view: RunView, *, details: bool) -> RunOut:
         error=r.error,
         parent_id=r.parent_id,
         unit=r.unit,
-        argv=json.loads(r.argv) if r.argv else None,
+        argv=view.argv,
         profile_sha256=r.profile_sha256,
         served_s=r.served_s,
         requests=r.requests,

@@ -5,20 +5,20 @@ cancel works at any point (an experiment still restores)."""
 from __future__ import annotations
 
 import asyncio
-import json
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from typing import Any
+from dataclasses import asdict, dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from daemon.benchmark.runner import BenchmarkRunner, Target
 from daemon.benchmark.spec import BenchmarkSpec
-from daemon.core.errors import Busy, InvalidInput, K25Error, NotFound, Refused
+from daemon.core.errors import InvalidInput, K25Error, NotFound, Refused
 from daemon.core.hoststate import HostState
 from daemon.core.profiles import ProfileSet
 from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
-from daemon.runs.jobs import Jobs
+from daemon.runs.jobs import JobKind, Jobs, Slot
 from daemon.runs.recorder import RunRecorder
 from daemon.store.bench import BenchStore
 from daemon.switching.transaction import Switcher
@@ -35,6 +35,49 @@ class ExperimentRequest(BaseModel):
     restore: bool = Field(True, description="bring the previous (or default) profile back at the end")
 
 
+@dataclass
+class Step:
+    """One profile of an experiment: its switch, its benchmarks and how each ended."""
+
+    profile: str
+    switch_run_id: int | None = None
+    benchmark_run_ids: list[int] = field(default_factory=list)
+    outcomes: list[Outcome] = field(default_factory=list)
+    error: str | None = None
+
+    @property
+    def measured(self) -> bool:
+        return Outcome.OK in self.outcomes
+
+
+@dataclass
+class Restore:
+    profile: str
+    switch_run_id: int | None = None
+    ok: bool = False
+    error: str | None = None
+
+
+@dataclass
+class Record:
+    """What an experiment stores as it goes (the `steps` column: JSON of this dataclass)."""
+
+    steps: list[Step] = field(default_factory=list)
+    restore: Restore | None = None
+    error: str | None = None
+
+    def summary(self) -> tuple[str, str | None]:
+        """The final event's detail and the run's error."""
+        failed = [f"{s.profile}: {s.error}" for s in self.steps if s.error]
+        measured = [s.profile for s in self.steps if s.measured]
+        r = self.restore
+        detail = f"measured {', '.join(measured) or 'nothing'}" + (
+            f"; restored {r.profile}" if r and r.ok else ""
+        )
+        restore_error = [f"restore: {r.error}"] if r and r.error else []
+        return detail, "; ".join([*failed, *restore_error]) or self.error
+
+
 class Benchmarks:
     def __init__(
         self,
@@ -46,17 +89,13 @@ class Benchmarks:
         profiles: Callable[[], Awaitable[ProfileSet]],
         bench_store: BenchStore,
         default_profile: str,
+        warm: Callable[[str], Awaitable[int]] | None = None,
     ) -> None:
         self.runner, self.jobs, self.recorder, self.switcher = runner, jobs, recorder, switcher
         self.profiles, self.bench_store, self.default_profile = profiles, bench_store, default_profile
         self.hub = recorder.hub
         self.store = recorder.store
-        self.warm: Callable[[str], Awaitable[int]] | None = None  # a warm run of a profile (page cache)
-
-    def _free(self) -> None:
-        self.jobs.check_free()
-        if self.switcher.busy:
-            raise Busy(f"a switch is in progress (run {self.hub.status.run_id})")
+        self.warm = warm  # a warm run of a profile (page cache)
 
     async def _target(self, name: str | None) -> Target:
         st = self.hub.status
@@ -72,26 +111,19 @@ class Benchmarks:
             raise Refused(f"the active profile {st.active_profile!r} is no longer a valid profile file")
         argv, sha = None, lp.sha256
         if st.serving_run_id:
-            view = await asyncio.to_thread(self.store.get_run, run_id=st.serving_run_id)
-            switch = view.run.parent_id if view else None
-            origin = await asyncio.to_thread(self.store.get_run, run_id=switch) if switch else None
-            if origin is not None and origin.run.argv:
-                argv, sha = json.loads(origin.run.argv), origin.run.profile_sha256 or sha
+            origin = await asyncio.to_thread(self.store.switch_of, st.serving_run_id)
+            if origin is not None and origin.argv:
+                argv, sha = origin.argv, origin.run.profile_sha256 or sha
         return Target(lp, st.serving_run_id, argv, sha)
 
     async def start(self, spec: BenchmarkSpec) -> int:
         """A benchmark of the active profile as a run of its own; returns its run id."""
-        self._free()
-        self.jobs.claim("benchmark")
-        try:
+        with self.jobs.admit(JobKind.BENCHMARK) as slot:
             target = await self._target(spec.profile)
             run_id = await self._new_benchmark_run(target, parent=target.serving_run_id)
-        except BaseException:
-            self.jobs.release()
-            raise
-        say = self._sayer(run_id, f"benchmark run {run_id} of {target.lp.profile.name}")
-        self.jobs.start("benchmark", run_id, self.runner.run(run_id, spec, target, say=say))
-        return run_id
+            say = self._sayer(run_id, f"benchmark run {run_id} of {target.lp.profile.name}")
+            slot.start(run_id, self.runner.run(run_id, spec, target, say=say))
+            return run_id
 
     async def _new_benchmark_run(self, target: Target, *, parent: int | None) -> int:
         p = target.lp.profile
@@ -112,140 +144,127 @@ class Benchmarks:
                 raise NotFound(f"no valid profile {name!r}")
         if len(set(req.profiles)) != len(req.profiles):
             raise InvalidInput("a profile is listed twice: use repeats")
-        self._free()
-        self.jobs.claim("experiment")
+        with self.jobs.admit(JobKind.EXPERIMENT) as slot:
+            return await self._create_experiment(slot, req)
+
+    async def _create_experiment(self, slot: Slot, req: ExperimentRequest) -> int:
         st = self.hub.status
-        back = (
-            st.active_profile if st.state is HostState.ACTIVE and st.active_profile else self.default_profile
-        )
-        try:
-            new = NewRun(RunKind.EXPERIMENT, None, st.active_profile)
-            run_id = await self.recorder.create(new)
-            request = req.model_dump() | {"restore_to": back if req.restore else None}
-            await asyncio.to_thread(self.bench_store.create_experiment, run_id=run_id, request=request)
-        except BaseException:
-            self.jobs.release()
-            raise
-        self.jobs.start("experiment", run_id, self._experiment(run_id, req, back if req.restore else None))
+        active = st.active_profile if st.state is HostState.ACTIVE else None
+        back = (active or self.default_profile) if req.restore else None
+        run_id = await self.recorder.create(NewRun(RunKind.EXPERIMENT, None, st.active_profile))
+        request = req.model_dump() | {"restore_to": back}
+        await asyncio.to_thread(self.bench_store.create_experiment, run_id=run_id, request=request)
+        slot.start(run_id, self._experiment(run_id, req, back))
         return run_id
 
     async def _experiment(self, run_id: int, req: ExperimentRequest, back: str | None) -> None:
-        steps: list[dict[str, Any]] = []
-        record: dict[str, Any] = {"steps": steps, "restore": None}
+        record = Record()
         outcome: Outcome = Outcome.OK
         try:
             for i, name in enumerate(req.profiles):
-                step: dict[str, Any] = {"profile": name, "switch_run_id": None, "benchmark_run_ids": [],
-                                        "outcomes": [], "error": None}  # fmt: skip
-                steps.append(step)
+                step = Step(name)
+                record.steps.append(step)
                 nxt = req.profiles[i + 1] if i + 1 < len(req.profiles) else None
                 await self._step(run_id, f"{name} ({i + 1}/{len(req.profiles)})", req, step, record, nxt)
         except asyncio.CancelledError:
-            task = asyncio.current_task()
-            if task is not None:
+            if (task := asyncio.current_task()) is not None:
                 task.uncancel()
             outcome = Outcome.CANCELLED
             await self.recorder.event(run_id, Phase.CANCELLED, "cancel requested: stopping here")
         except Exception as e:
             log.exception("run %d: experiment failed", run_id)
             outcome = Outcome.FAILED
-            record["error"] = f"{type(e).__name__}: {e}"
+            record.error = f"{type(e).__name__}: {e}"
         if back is not None:
-            record["restore"] = await self._restore(run_id, back)
+            record.restore = await self._restore(run_id, back)
         await self._save(run_id, record)
-        failed = [f"{s['profile']}: {s['error']}" for s in steps if s["error"]]
-        measured = [s["profile"] for s in steps if any(o == Outcome.OK for o in s["outcomes"])]
-        if outcome is Outcome.OK and not measured:
+        if outcome is Outcome.OK and not any(s.measured for s in record.steps):
             outcome = Outcome.FAILED
-        restore = record["restore"] or {}
-        detail = f"measured {', '.join(measured) or 'nothing'}" + (
-            f"; restored {restore.get('profile')}" if restore.get("ok") else ""
-        )
-        error = "; ".join([*failed, *([f"restore: {restore['error']}"] if restore.get("error") else [])])
-        await self.recorder.finish(run_id, outcome, error=error or record.get("error"), detail=detail)
+        detail, error = record.summary()
+        await self.recorder.finish(run_id, outcome, error=error, detail=detail)
 
-    async def _save(self, run_id: int, record: dict[str, Any]) -> None:
-        await asyncio.to_thread(self.bench_store.set_steps, run_id=run_id, steps=record)
+    async def _save(self, run_id: int, record: Record) -> None:
+        await asyncio.to_thread(self.bench_store.set_steps, run_id=run_id, steps=asdict(record))
 
     async def _step(
-        self,
-        run_id: int,
-        label: str,
-        req: ExperimentRequest,
-        step: dict[str, Any],
-        record: dict[str, Any],
-        nxt: str | None,
+        self, run_id: int, label: str, req: ExperimentRequest, step: Step, record: Record, nxt: str | None
     ) -> None:
-        name = step["profile"]
         say = self._sayer(run_id, f"experiment run {run_id}: {label}")
         say("switching")
         await self.recorder.event(run_id, Phase.SWITCHING, label)
-        step["error"] = await self._switch_to(run_id, name, step)
+        step.error = await self._switch_to(run_id, step)
         await self._save(run_id, record)
-        if step["error"]:
-            await self.recorder.event(run_id, Phase.SWITCHING, f"{name}: {step['error']}; going on")
+        if step.error:
+            await self.recorder.event(run_id, Phase.SWITCHING, f"{step.profile}: {step.error}; going on")
             return
-        if nxt is not None and self.warm is not None:
-            # The next profile's weights come into the page cache while this one is measured.
-            try:
-                warm_id = await self.warm(nxt)
-                await self.recorder.event(run_id, Phase.WARMING, f"warming {nxt} (run {warm_id}) meanwhile")
-            except K25Error as e:
-                await self.recorder.event(run_id, Phase.WARMING, f"not warming {nxt}: {e}")
+        if nxt is not None:
+            await self._warm_next(run_id, nxt)
         for rep in range(req.repeats):
             say(f"benchmark {rep + 1}/{req.repeats}")
-            target = await self._target(name)
+            await self._measure(run_id, req, step, rep)
+            await self._save(run_id, record)
+
+    async def _warm_next(self, run_id: int, nxt: str) -> None:
+        """The next profile's weights come into the page cache while this one is measured."""
+        if self.warm is None:
+            return
+        try:
+            warm_id = await self.warm(nxt)
+            await self.recorder.event(run_id, Phase.WARMING, f"warming {nxt} (run {warm_id}) meanwhile")
+        except K25Error as e:
+            await self.recorder.event(run_id, Phase.WARMING, f"not warming {nxt}: {e}")
+
+    async def _measure(self, run_id: int, req: ExperimentRequest, step: Step, rep: int) -> None:
+        """One benchmark of the step's profile, a job of the experiment's; a cancel keeps what it measured."""
+        with self.jobs.admit(JobKind.BENCHMARK, parent=run_id) as slot:
+            target = await self._target(step.profile)
             bid = await self._new_benchmark_run(target, parent=run_id)
             await self.recorder.event(
-                run_id, Phase.MEASURING, f"{name}: benchmark run {bid} ({rep + 1}/{req.repeats})"
+                run_id, Phase.MEASURING, f"{step.profile}: benchmark run {bid} ({rep + 1}/{req.repeats})"
             )
             inner = self.runner.run(bid, req.benchmark, target, experiment_run_id=run_id, repeat=rep,
                                     say=self._sayer(bid, f"benchmark run {bid}"))  # fmt: skip
-            task = self.jobs.start("benchmark", bid, inner, inner=True)
-            try:
-                await asyncio.wait({task})
-            except asyncio.CancelledError:
-                task.cancel()  # the benchmark ends cancelled and keeps what it measured
-                await asyncio.wait({task})
-                step["benchmark_run_ids"].append(bid)
-                step["outcomes"].append(Outcome.CANCELLED)
-                raise
-            step["benchmark_run_ids"].append(bid)
-            step["outcomes"].append(Outcome.CANCELLED if task.cancelled() else task.result())
-            await self._save(run_id, record)
+            task = slot.start(bid, inner)
+        step.benchmark_run_ids.append(bid)
+        try:
+            await asyncio.wait({task})
+        except asyncio.CancelledError:
+            task.cancel()
+            await asyncio.wait({task})
+            step.outcomes.append(Outcome.CANCELLED)
+            raise
+        step.outcomes.append(Outcome.CANCELLED if task.cancelled() else task.result())
 
-    async def _switch_to(self, run_id: int, name: str, step: dict[str, Any]) -> str | None:
+    async def _switch_to(self, run_id: int, step: Step | Restore) -> str | None:
         """Switch (a run linked to the experiment) and wait for it; the error text, or None when active."""
         try:
-            sid = await self.switcher.activate(name, parent=run_id)
+            sid = await self.switcher.activate(step.profile, parent=run_id)
         except K25Error as e:
             return str(e)
-        step["switch_run_id"] = sid
+        step.switch_run_id = sid
         if sid is not None:
             try:
-                await self.switcher.settled()
+                await self.jobs.wait(sid)
             except asyncio.CancelledError:
-                try:
-                    await self.switcher.cancel(sid)
-                except K25Error:
-                    pass  # it is already rolling back, or over
-                await self.switcher.settled()
+                with contextlib.suppress(K25Error):  # it is already rolling back, or over
+                    self.jobs.cancel(sid)
+                await self.jobs.wait(sid)
                 raise
             view = await asyncio.to_thread(self.store.get_run, run_id=sid)
             if view is None or view.run.outcome != Outcome.ACTIVE:
                 why = (view.run.error or "").splitlines()[0] if view and view.run.error else ""
-                return f"switch run {sid} ended {view.run.outcome if view else '?'}" + (
-                    f": {why}" if why else ""
-                )
+                ended = view.run.outcome if view else "?"
+                return f"switch run {sid} ended {ended}" + (f": {why}" if why else "")
         st = self.hub.status
-        if st.state is not HostState.ACTIVE or st.active_profile != name:
+        if st.state is not HostState.ACTIVE or st.active_profile != step.profile:
             return f"after the switch the host is {st.state} ({st.active_profile or 'no profile'})"
         return None
 
-    async def _restore(self, run_id: int, name: str) -> dict[str, Any]:
+    async def _restore(self, run_id: int, name: str) -> Restore:
         self.jobs.say(run_id, f"experiment run {run_id}: restoring {name}")
         await self.recorder.event(run_id, Phase.RESTORING, f"restoring {name}")
-        step: dict[str, Any] = {"profile": name, "switch_run_id": None}
-        error = await asyncio.shield(self._switch_to(run_id, name, step))
-        await self.recorder.event(run_id, Phase.RESTORING, f"{name}: {error or 'active'}")
-        return step | {"ok": error is None, "error": error}
+        restore = Restore(name)
+        restore.error = await asyncio.shield(self._switch_to(run_id, restore))
+        restore.ok = restore.error is None
+        await self.recorder.event(run_id, Phase.RESTORING, f"{name}: {restore.error or 'active'}")
+        return restore

@@ -27,7 +27,7 @@ from daemon.runs.recorder import RunRecorder
 from daemon.store.bench import BenchStore, LevelRow
 from daemon.store.models import Benchmark
 
-log = logging.getLogger("k25.bench")
+log = logging.getLogger("k25.runner")
 # Counters that moved more than the benchmark's own requests explain: someone else used the engine.
 OTHER_TRAFFIC_SLACK = 0.02
 

@@ -1,5 +1,6 @@
-"""The host's state (idle | switching | active | degraded | needs_reset), its current run, phase and load
-progress, published to subscribers (the API's SSE, sd_notify STATUS)."""
+"""The host's state (idle | switching | active | unhealthy | failed | degraded | needs_reset), its current
+run, phase and progress, the job in progress, published to subscribers (the API's SSE, sd_notify STATUS).
+Each kind of change has its own method, so every field is set with its type and its neighbours."""
 
 from __future__ import annotations
 
@@ -12,7 +13,14 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
+from daemon.core.run_types import Phase, Progress
+
 log = logging.getLogger("k25.host")
+
+
+def _with_progress(st: HostStatus, p: Progress | None) -> HostStatus:
+    return replace(st, progress_percent=p.percent if p else None, progress_done=p.done if p else None,
+                   progress_total=p.total if p else None)  # fmt: skip
 
 
 class HostState(enum.StrEnum):
@@ -41,10 +49,22 @@ class HostStatus:
     conflicts: tuple[str, ...] = ()  # managed units running beside the active one (started behind our back)
     warnings: tuple[str, ...] = ()  # what the operator must know whatever the state (a database moved aside)
     job_run_id: int | None = None  # a benchmark or experiment in progress
-    job: str | None = None  # what it is doing, one line
+    job: str | None = None  # what the jobs in progress are doing, one line
 
-    def to_dict(self) -> dict[str, Any]:
+    @property
+    def job_line(self) -> JobLine:
+        return JobLine(self.job_run_id, self.job)
+
+    def to_dict(self) -> dict[str, Any]:  # the JSON of /events
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class JobLine:
+    """The job that holds the host (a benchmark or experiment) and the jobs' one-line progress."""
+
+    run_id: int | None
+    text: str | None
 
 
 class StateHub:
@@ -56,24 +76,59 @@ class StateHub:
         self._subscribers: set[asyncio.Queue[HostStatus]] = set()
         self._run_subscribers: dict[int, set[asyncio.Queue[dict[str, Any]]]] = {}
 
-    def update(self, **changes: Any) -> HostStatus:
+    def begin_switch(self, run_id: int, target: str) -> HostStatus:
+        """The host is switching to `target` under this run (a switch or a rollback)."""
+        st = replace(self.status, state=HostState.SWITCHING, target_profile=target, run_id=run_id,
+                     phase=Phase.CREATED, reason=None)  # fmt: skip
+        return self._set(_with_progress(st, None))
+
+    def phase(self, phase: Phase, progress: Progress | None) -> HostStatus:
+        return self._set(_with_progress(replace(self.status, phase=phase), progress))
+
+    def settle(self, state: HostState, active_profile: str | None, reason: str | None) -> HostStatus:
+        """No run in progress any more: no target, no phase, no progress."""
+        st = replace(self.status, state=state, active_profile=active_profile, target_profile=None,
+                     run_id=None, phase=None, reason=reason)  # fmt: skip
+        return self._set(_with_progress(st, None))
+
+    def health(self, state: HostState, reason: str | None) -> HostStatus:
+        """The serving engine's liveness changed (active <-> unhealthy)."""
+        return self._set(replace(self.status, state=state, reason=reason))
+
+    def add_reason(self, why: str) -> HostStatus:
+        return self._set(replace(self.status, reason=f"{self.status.reason or ''}; {why}".lstrip("; ")))
+
+    def serving(self, run_id: int | None) -> HostStatus:
+        """A serving run began (conflicts are those of the new engine, none yet) or ended."""
+        st = self.status
+        return self._set(replace(st, serving_run_id=run_id, conflicts=() if run_id else st.conflicts))
+
+    def conflicts(self, units: tuple[str, ...]) -> HostStatus:
+        return self._set(replace(self.status, conflicts=units))
+
+    def warnings(self, warnings: tuple[str, ...]) -> HostStatus:
+        return self._set(replace(self.status, warnings=warnings))
+
+    def set_job(self, line: JobLine) -> HostStatus:
+        return self._set(replace(self.status, job_run_id=line.run_id, job=line.text))
+
+    def _set(self, new: HostStatus) -> HostStatus:
         before = self.status
-        if "state" in changes and changes["state"] != before.state:
-            changes.setdefault("since", time.time())
-        self.status = replace(before, **changes)
-        if self.status.state != before.state:
-            st = self.status
-            run = st.run_id or before.run_id
+        if new.state != before.state:
+            new = replace(new, since=time.time())
+        self.status = new
+        if new.state != before.state:
+            run = new.run_id or before.run_id
             log.log(
-                logging.WARNING if st.state in (HostState.DEGRADED, HostState.NEEDS_RESET) else logging.INFO,
+                logging.WARNING if new.state in (HostState.DEGRADED, HostState.NEEDS_RESET) else logging.INFO,
                 "host state %s -> %s%s: %s",
-                before.state, st.state, f" (run {run})" if run else "", describe(st),
+                before.state, new.state, f" (run {run})" if run else "", describe(new),
             )  # fmt: skip
         for q in self._subscribers:
             if q.full():
                 q.get_nowait()
-            q.put_nowait(self.status)
-        return self.status
+            q.put_nowait(new)
+        return new
 
     async def subscribe(self) -> AsyncIterator[HostStatus]:
         q: asyncio.Queue[HostStatus] = asyncio.Queue(maxsize=64)

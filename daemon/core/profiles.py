@@ -3,6 +3,7 @@ the valid profiles and, for every invalid one, the file and key at fault with a 
 
 from __future__ import annotations
 
+import enum
 import hashlib
 import re
 import tomllib
@@ -18,6 +19,20 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 UNIT_RE = re.compile(r"^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]+)?\.service$")
 
 EngineName = Literal["vllm", "sglang", "custom"]
+
+
+class Policy(enum.StrEnum):
+    """What the serving watch does when the engine crashes (`on_failure`) or hangs (`on_hang`)."""
+
+    RESTART = "restart"
+    ROLLBACK = "rollback"
+    NONE = "none"
+
+
+class WarmMode(enum.StrEnum):
+    OFF = "off"
+    ON_SWITCH = "on-switch"
+    ALWAYS = "always"
 
 
 class SpeculativeConfig(BaseModel):
@@ -65,11 +80,11 @@ class Profile(BaseModel):
     log_ignore: list[str] = Field(default_factory=list)
     # What the serving watch does when the engine exits on its own (default: restart for the default
     # profile, rollback for others) or hangs (default: only alert).
-    on_failure: Literal["restart", "rollback", "none"] | None = None
-    on_hang: Literal["restart", "rollback", "none"] = "none"
+    on_failure: Policy | None = None
+    on_hang: Policy = Policy.NONE
     # Page-cache warming of the weight files: on-switch (read them while the old engine stops, start the
     # engine once they are in), always (keep them resident: re-warm when residency drops), off.
-    warm: Literal["off", "on-switch", "always"] = "off"
+    warm: WarmMode = WarmMode.OFF
 
     @field_validator("name")
     @classmethod

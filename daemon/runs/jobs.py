@@ -1,92 +1,198 @@
-"""One long job at a time: a benchmark or an experiment. While one runs, an operator's switch and another
-job get 409 naming it; cancelling a job's run (or a benchmark inside an experiment) cancels just that task.
-The host status carries the job's one-line progress."""
+"""The one job registry: every switch, warm, benchmark and experiment in progress is a job here, with its
+run id, its kind, the job it belongs to (an experiment's switches and benchmarks) and its task. One rule
+decides what may start beside what (`conflict`), one path cancels, one line says what runs: the 409's
+text and `/status`'s job line both come from here.
+
+The rules: one switch at a time; an operator's switch waits for a benchmark or experiment, while the
+switches those jobs (or the serving watch) ask for go ahead; a benchmark or experiment waits for any
+switch and any other benchmark or experiment; warms run beside everything, one per profile."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import enum
 import logging
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.core.errors import Busy
-from daemon.core.hoststate import StateHub
+from daemon.core.errors import Busy, InvalidInput
+from daemon.core.hoststate import JobLine, StateHub
 
 log = logging.getLogger("k25.jobs")
+
+
+class JobKind(enum.StrEnum):
+    SWITCH = "switch"  # a switch, restart or rollback (the transaction)
+    WARM = "warm"
+    BENCHMARK = "benchmark"
+    EXPERIMENT = "experiment"
+
+
+HOLDS_HOST = (JobKind.BENCHMARK, JobKind.EXPERIMENT)  # measured jobs: nothing else may switch meanwhile
+
+
+@dataclass(eq=False)
+class Job:
+    kind: JobKind
+    run_id: int  # 0 while its run is being created
+    parent: int | None = None  # the run of the job (or serving run) that asked for it
+    subject: str | None = None  # the profile it works on
+    label: str = ""  # how the 409 names it
+    task: asyncio.Task[Any] | None = None
+    refuse_cancel: Callable[[int], str | None] = lambda _: None  # why it cannot be cancelled now, if so
+    on_cancel: Callable[[], None] = lambda: None  # what a cancel does besides cancelling the task
+    also: set[int] = field(default_factory=set)  # further runs it carries on as (a switch's rollback)
+    cancelling: bool = False
+    line: str | None = None  # its one-line progress, for /status
+
+    @property
+    def ids(self) -> set[int]:
+        return {self.run_id, *self.also}
+
+    @property
+    def current(self) -> int:
+        return max(self.ids)
+
+    def carry_on(self, run_id: int, label: str) -> None:
+        """The job goes on as another run (a failed switch's rollback)."""
+        self.also.add(run_id)
+        self.label = label
+
+    def busy_text(self) -> str:
+        if not self.run_id:
+            return f"a {self.kind} is starting"
+        if self.kind is JobKind.SWITCH:
+            return f"run {self.current} ({self.label}) is in progress"
+        return (
+            f"{self.kind} run {self.run_id} is in progress (cancel it first: POST /runs/{self.run_id}/cancel)"
+        )
+
+
+class Slot:
+    """A job admitted but whose run is still being created; `start` hands it its run and task."""
+
+    def __init__(self, jobs: Jobs, job: Job) -> None:
+        self._jobs, self.job = jobs, job
+
+    def start(self, run_id: int, body: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        return self._jobs._start(self.job, run_id, body)
 
 
 class Jobs:
     def __init__(self, hub: StateHub) -> None:
         self.hub = hub
-        self.top: tuple[str, int] | None = None  # (kind, run id) of the job holding the slot
-        self.tasks: dict[int, asyncio.Task[Any]] = {}  # every running job task, inner benchmarks too
-        self._lines: dict[int, str] = {}
-        self.cancelling: set[int] = set()
+        self._jobs: list[Job] = []
+
+    # -- what runs --------------------------------------------------------------------------------------
+
+    def running(self, kind: JobKind | None = None) -> list[Job]:
+        return [j for j in self._jobs if kind is None or j.kind is kind]
+
+    def find(self, run_id: int) -> Job | None:
+        return next((j for j in self._jobs if run_id in j.ids), None)
+
+    @property
+    def switching(self) -> bool:
+        return bool(self.running(JobKind.SWITCH))
+
+    def children(self, run_id: int) -> list[Job]:
+        return [j for j in self._jobs if j.parent == run_id]
+
+    def conflict(self, kind: JobKind, *, parent: int | None = None, subject: str | None = None) -> str | None:
+        """Why a job of `kind` cannot start now, or None."""
+        if kind is JobKind.WARM:
+            same = [j for j in self.running(JobKind.WARM) if j.subject == subject]
+            return f"profile {subject!r} is being warmed already" if same else None
+        if switch := self.running(JobKind.SWITCH):
+            return switch[0].busy_text()
+        if parent is not None and (kind is JobKind.SWITCH or self.find(parent) is not None):
+            return None  # a job's own step, or a switch the serving watch asks for: ahead of the held job
+        held = [j for j in self._jobs if j.kind in HOLDS_HOST and j.parent is None]
+        return held[0].busy_text() if held else None
 
     def busy_reason(self) -> str | None:
-        if self.top is None:
-            return None
-        kind, run_id = self.top
-        if not run_id:
-            return f"a {kind} is starting"
-        return f"{kind} run {run_id} is in progress (cancel it first: POST /runs/{run_id}/cancel)"
+        """What an operator's switch would be refused for."""
+        return self.conflict(JobKind.SWITCH)
 
-    def check_free(self) -> None:
-        if why := self.busy_reason():
+    # -- admission --------------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def admit(
+        self,
+        kind: JobKind,
+        *,
+        parent: int | None = None,
+        subject: str | None = None,
+        label: str = "",
+        refuse_cancel: Callable[[int], str | None] = lambda _: None,
+        on_cancel: Callable[[], None] = lambda: None,
+    ) -> Iterator[Slot]:
+        """Check and hold the place in one step (no await between: atomic in one loop); a slot whose run
+        was not started when the block ends (the run could not be created) is given up."""
+        if why := self.conflict(kind, parent=parent, subject=subject):
             raise Busy(why)
+        job = Job(kind, 0, parent, subject, label, refuse_cancel=refuse_cancel, on_cancel=on_cancel)
+        self._jobs.append(job)
+        try:
+            yield Slot(self, job)
+        finally:
+            if job.task is None:
+                self._jobs.remove(job)
 
-    def claim(self, kind: str) -> None:
-        """Hold the slot while the job's run is being created (before any await: atomic in one loop)."""
-        self.check_free()
-        self.top = (kind, 0)
+    def _start(self, job: Job, run_id: int, body: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
+        job.run_id = run_id
+        job.task = asyncio.create_task(body)
+        job.task.add_done_callback(lambda _: self._ended(job))
+        return job.task
 
-    def release(self) -> None:
-        """The claimed job never started (its run could not be created)."""
-        self.top = None
-
-    def start(
-        self, kind: str, run_id: int, job: Coroutine[Any, Any, Any], *, inner: bool = False
-    ) -> asyncio.Task[Any]:
-        """Run `job` as run `run_id`'s task; a top-level job (claimed first) holds the slot until it ends."""
-        if not inner:
-            self.top = (kind, run_id)
-        task = asyncio.create_task(job)
-        self.tasks[run_id] = task
-
-        def ended(_: asyncio.Task[Any]) -> None:
-            self.tasks.pop(run_id, None)
-            self.cancelling.discard(run_id)
-            self._lines.pop(run_id, None)
-            if self.top == (kind, run_id):
-                self.top = None
-            self._publish()
-
-        task.add_done_callback(ended)
-        return task
-
-    def say(self, run_id: int, line: str) -> None:
-        self._lines[run_id] = line
+    def _ended(self, job: Job) -> None:
+        with contextlib.suppress(ValueError):
+            self._jobs.remove(job)
         self._publish()
 
-    def _publish(self) -> None:
-        top = self.top[1] if self.top else None
-        text = " | ".join(self._lines[k] for k in sorted(self._lines)) or None
-        if (top, text) != (self.hub.status.job_run_id, self.hub.status.job):
-            self.hub.update(job_run_id=top, job=text)
+    # -- progress and cancel ----------------------------------------------------------------------------
 
-    def cancel(self, run_id: int) -> bool:
-        """Cancel a running job's run; False when `run_id` is not one (the switcher may own it)."""
-        task = self.tasks.get(run_id)
-        if task is None:
-            return False
-        if run_id in self.cancelling:
+    def say(self, run_id: int, line: str) -> None:
+        job = self.find(run_id)
+        if job is not None:
+            job.line = line
+            self._publish()
+
+    def _publish(self) -> None:
+        held = next((j for j in self._jobs if j.kind in HOLDS_HOST and j.parent is None and j.run_id), None)
+        lines = sorted((j.run_id, j.line) for j in self._jobs if j.line)
+        line = JobLine(held.run_id if held else None, " | ".join(text for _, text in lines) or None)
+        if line != self.hub.status.job_line:
+            self.hub.set_job(line)
+
+    def cancel(self, run_id: int) -> None:
+        """The one cancel path: a job's own refusal, a second cancel, or a run that is not a job is said."""
+        job = self.find(run_id)
+        if job is None or job.task is None:
+            raise InvalidInput(f"run {run_id} is not in progress")
+        if why := job.refuse_cancel(run_id):
+            raise Busy(why)
+        if job.cancelling:
             raise Busy(f"run {run_id} is already being cancelled")
-        self.cancelling.add(run_id)
+        job.cancelling = True
         log.info("run %d: cancel requested", run_id)
-        task.cancel()
-        return True
+        job.on_cancel()
+        job.task.cancel()
 
     async def wait(self, run_id: int) -> None:
-        task = self.tasks.get(run_id)
-        if task is not None:
-            await asyncio.wait({task})
+        """Until the job that runs `run_id` (with whatever it carries on as) has ended."""
+        job = self.find(run_id)
+        if job is not None and job.task is not None:
+            await asyncio.wait({job.task})
+
+    async def close(self) -> None:
+        tasks = [j.task for j in self._jobs if j.task is not None and j.kind is JobKind.WARM]
+        for j in self._jobs:
+            if j.kind is JobKind.WARM and j.task is not None:
+                j.on_cancel()
+                j.task.cancel()
+        for t in tasks:
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await t

@@ -41,16 +41,7 @@ class RunRecorder:
 
     def begin(self, run_id: int, target: str) -> None:
         """The host is switching to `target` under this run (a switch or a rollback)."""
-        self.hub.update(
-            state=HostState.SWITCHING,
-            target_profile=target,
-            run_id=run_id,
-            phase=Phase.CREATED,
-            progress_percent=None,
-            progress_done=None,
-            progress_total=None,
-            reason=None,
-        )
+        self.hub.begin_switch(run_id, target)
 
     async def event(
         self,
@@ -72,13 +63,7 @@ class RunRecorder:
             load_stages=dict(load_stages) if load_stages is not None else None,
         )
         if self.hub.status.run_id == run_id:
-            p = progress if phase is Phase.LOADING else None
-            self.hub.update(
-                phase=phase,
-                progress_percent=p.percent if p else None,
-                progress_done=p.done if p else None,
-                progress_total=p.total if p else None,
-            )
+            self.hub.phase(phase, progress if phase is Phase.LOADING else None)
         event: dict[str, Any] = {"id": stored, "phase": phase, "detail": detail, "at": time.time()}
         if progress is not None:
             event |= {
@@ -154,17 +139,7 @@ class RunRecorder:
 
     def settle(self, host: HostAfter) -> None:
         """The host's state once no run is in progress: no target, no phase, no progress."""
-        self.hub.update(
-            state=host.state,
-            active_profile=host.active_profile,
-            target_profile=None,
-            run_id=None,
-            phase=None,
-            progress_percent=None,
-            progress_done=None,
-            progress_total=None,
-            reason=host.reason,
-        )
+        self.hub.settle(host.state, host.active_profile, host.reason)
 
 
 def _one_line(text: str | None, limit: int = 400) -> str:

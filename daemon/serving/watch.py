@@ -11,14 +11,13 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
 
 from daemon.core.errors import K25Error
 from daemon.core.hoststate import HostState
-from daemon.core.profiles import LoadedProfile, ProfileSet
+from daemon.core.profiles import LoadedProfile, Policy, ProfileSet
 from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
 from daemon.core.settings import Settings
 from daemon.engines import engine_for
@@ -27,9 +26,10 @@ from daemon.engines.client import EnginePort
 from daemon.engines.excerpt import journal_excerpt
 from daemon.host.journal import JournalPort
 from daemon.host.systemd import SystemdPort, UnitState
+from daemon.runs.jobs import Jobs
 from daemon.runs.recorder import HostAfter, RunRecorder
 from daemon.serving.metrics import MetricsWindow
-from daemon.serving.policies import Policies
+from daemon.serving.policies import Incident, Incidents
 from daemon.store.serving import ServingStore
 
 log = logging.getLogger("k25.watch")
@@ -84,16 +84,17 @@ class ServingWatch:
         engines: EnginePort,
         recorder: RunRecorder,
         profiles: Callable[[], ProfileSet],
+        jobs: Jobs,
+        incidents: Incidents,
     ) -> None:
         self.settings, self.systemd, self.journal, self.engines = settings, systemd, journal, engines
         self.recorder, self.profiles = recorder, profiles
         self.hub = recorder.hub
         self.store = ServingStore(recorder.store)
-        self.policies = Policies(settings, recorder.hub)
+        self.jobs, self.incidents = jobs, incidents
         self.serving: Serving | None = None
         self._followers: dict[str, asyncio.Task[None]] = {}
         self.unit_states: dict[str, UnitState] = {}  # the newest state of each followed unit
-        self._tasks: set[asyncio.Task[None]] = set()
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -109,7 +110,7 @@ class ServingWatch:
             self._followers[unit] = asyncio.create_task(self._follow(unit))
 
     async def close(self) -> None:
-        tasks = [*self._followers.values(), *self._tasks]
+        tasks = [*self._followers.values()]
         if self.serving and self.serving.task:
             tasks.append(self.serving.task)
         for t in tasks:
@@ -117,11 +118,6 @@ class ServingWatch:
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-
-    def _spawn(self, coro: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
 
     # -- serving runs (the switcher and reconciliation call these) ------------------------------------
 
@@ -141,7 +137,7 @@ class ServingWatch:
         self.serving.window = MetricsWindow(run_id, p, engine_for(p), self.settings.metrics_row_s)
         if self.settings.watch_enabled:
             self.serving.task = asyncio.create_task(self._liveness(self.serving))
-        self.hub.update(serving_run_id=run_id, conflicts=())
+        self.hub.serving(run_id)
         return run_id
 
     async def end(self, outcome: Outcome, detail: str, *, host: HostAfter | None = None) -> int | None:
@@ -159,7 +155,7 @@ class ServingWatch:
             await asyncio.to_thread(self.store.add_row, row)
         served = time.monotonic() - serving.started
         await asyncio.to_thread(self.store.set_served, serving.run_id, served)
-        self.hub.update(serving_run_id=None)
+        self.hub.serving(None)
         crashed = outcome is Outcome.CRASHED
         await self.recorder.finish(
             serving.run_id, outcome, error=detail if crashed else None, detail=detail, host=host
@@ -208,13 +204,13 @@ class ServingWatch:
         return next((lp for lp in self.profiles().valid.values() if lp.profile.unit == unit), None)
 
     async def _on_unit(self, unit: str, st: UnitState) -> None:
-        if self.policies.switcher is not None and self.policies.switcher.busy:
+        if self.jobs.switching:
             return  # the switch in progress drives the units: their changes are its own
         try:  # act on the unit as it is now: a change announced during a switch may be stale by now
             st = self.unit_states[unit] = await self.systemd.state(unit)
         except K25Error:
             return
-        if self.policies.switcher is not None and self.policies.switcher.busy:
+        if self.jobs.switching:
             return
         serving = self.serving
         if serving is not None and unit == serving.unit:
@@ -223,7 +219,7 @@ class ServingWatch:
             return
         if st.active_state not in ("active", "activating"):
             if unit in self.hub.status.conflicts:
-                self.hub.update(conflicts=tuple(u for u in self.hub.status.conflicts if u != unit))
+                self.hub.conflicts(tuple(u for u in self.hub.status.conflicts if u != unit))
             return
         lp = self._profile_of(unit)
         if lp is None:
@@ -232,7 +228,7 @@ class ServingWatch:
         if serving is not None:
             if unit not in self.hub.status.conflicts:
                 log.warning("conflict: %s while %s is active", what, serving.lp.profile.name)
-                self.hub.update(conflicts=(*self.hub.status.conflicts, unit))
+                self.hub.conflicts((*self.hub.status.conflicts, unit))
                 await self._external(lp, f"{what}; conflicts with the active {serving.lp.profile.name}")
             return
         if self.hub.status.state in (HostState.NEEDS_RESET, HostState.SWITCHING):
@@ -276,8 +272,9 @@ class ServingWatch:
         if not serving.managed:  # the operator started it by hand: follow and record, never fight them
             log.warning("run %s: %s was started outside k25-ctl: no automatic action", run_id, p.name)
             return
-        policy = p.on_failure or ("restart" if p.name == self.settings.default_profile else "rollback")
-        self._spawn(self.policies.act(policy, serving.lp, run_id, "on_failure"))
+        default = Policy.RESTART if p.name == self.settings.default_profile else Policy.ROLLBACK
+        policy = p.on_failure or default
+        self.incidents.report(Incident(policy, serving.lp, run_id, "on_failure"))
 
     # -- liveness and metrics --------------------------------------------------------------------------
 
@@ -338,15 +335,14 @@ class ServingWatch:
         if evidence and state is HostState.ACTIVE:
             log.warning("run %d: %s unhealthy: %s", serving.run_id, serving.lp.profile.name, evidence)
             await self.recorder.event(serving.run_id, Phase.UNHEALTHY, evidence)
-            self.hub.update(state=HostState.UNHEALTHY, reason=evidence)
-            if serving.lp.profile.on_hang != "none" and serving.managed and not serving.hang_acted:
+            self.hub.health(HostState.UNHEALTHY, evidence)
+            on_hang = serving.lp.profile.on_hang
+            if on_hang is not Policy.NONE and serving.managed and not serving.hang_acted:
                 serving.hang_acted = True
-                self._spawn(
-                    self.policies.act(serving.lp.profile.on_hang, serving.lp, serving.run_id, "on_hang")
-                )
+                self.incidents.report(Incident(on_hang, serving.lp, serving.run_id, "on_hang"))
         elif not evidence and state is HostState.UNHEALTHY:
             await self.recorder.event(serving.run_id, Phase.SERVING, "healthy again")
-            self.hub.update(state=HostState.ACTIVE, reason=None)
+            self.hub.health(HostState.ACTIVE, None)
 
     async def retention(self) -> None:
         """Bounded history (the sampler runs this hourly): metric rows compacted and aged, old runs gone."""

@@ -1,22 +1,51 @@
-"""What the host has right now: profiles (valid and invalid), the engine units' states, the GPUs."""
+"""What the host has right now: its profiles (valid and invalid, read afresh at each switch and reload)
+and the engine units' states, as the host's own dataclasses (the API makes response models of them)."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
+from dataclasses import dataclass
 
-from daemon.api.schemas import GpuOut, ProfileOut, ResidencyOut, UnitStateOut
 from daemon.core.errors import K25Error
-from daemon.core.profiles import ProfileSet
+from daemon.core.profiles import ProfileSet, SpeculativeConfig
 from daemon.core.settings import Settings
 from daemon.engines import engine_for
 from daemon.engines.checks import load_checked_profiles
 from daemon.host.systemd import SystemdPort, UnitState
-from daemon.status.sampler import HostSampler
 from daemon.warming.warmer import Residency
 
 log = logging.getLogger("k25.profiles")
+
+
+@dataclass(frozen=True)
+class UnitInfo:
+    unit: str
+    active_state: str | None = None
+    sub_state: str | None = None
+    error: str | None = None  # the state could not be read
+
+
+@dataclass(frozen=True)
+class ProfileInfo:
+    name: str
+    valid: bool
+    file: str
+    error: str | None = None  # invalid profiles: each problem with its file and key
+    description: str | None = None
+    engine: str | None = None
+    unit: str | None = None
+    model: str | None = None
+    port: int | None = None
+    gpus: list[int] | None = None
+    speculative: SpeculativeConfig | None = None
+    argv: list[str] | None = None
+    sha256: str | None = None
+    unit_state: UnitInfo | None = None
+    default: bool = False
+    warm: str | None = None
+    residency: Residency | None = None
 
 
 class Inventory:
@@ -24,8 +53,14 @@ class Inventory:
         self._settings = settings
         self._systemd = systemd
         self.profiles = ProfileSet()
-        self.unit_cache: Callable[[], Mapping[str, UnitState]] = dict
-        self.sampler: HostSampler  # set by the app (it needs the teardown)
+
+    def current(self) -> ProfileSet:
+        """The profiles as last read (the serving watch and the warms follow these)."""
+        return self.profiles
+
+    def units(self) -> tuple[str, ...]:
+        """The managed units: those of the valid profiles."""
+        return tuple(dict.fromkeys(lp.profile.unit for lp in self.profiles.valid.values()))
 
     async def reload_profiles(self) -> ProfileSet:
         """Read the profiles folder afresh (each switch does, and reload); report what changed."""
@@ -45,33 +80,25 @@ class Inventory:
         self.profiles = fresh
         return fresh
 
-    async def unit_states(self) -> dict[str, UnitStateOut]:
+    async def unit_states(self, followed: Mapping[str, UnitState]) -> dict[str, UnitInfo]:
         """From the watch's followers (systemd's change events); D-Bus only for a unit not followed yet."""
-        out: dict[str, UnitStateOut] = {}
-        cached = self.unit_cache()
+        out: dict[str, UnitInfo] = {}
         for name, lp in self.profiles.valid.items():
             try:
-                st = cached.get(lp.profile.unit) or await self._systemd.state(lp.profile.unit)
-                out[name] = UnitStateOut(
-                    unit=lp.profile.unit, active_state=st.active_state, sub_state=st.sub_state
-                )
+                st = followed.get(lp.profile.unit) or await self._systemd.state(lp.profile.unit)
+                out[name] = UnitInfo(lp.profile.unit, st.active_state, st.sub_state)
             except K25Error as e:
-                out[name] = UnitStateOut(unit=lp.profile.unit, error=str(e))
+                out[name] = UnitInfo(lp.profile.unit, error=str(e))
         return out
 
-    def gpus(self) -> tuple[list[GpuOut], str | None]:
-        """The GPUs as the sampler last saw them, or none and why they cannot be read."""
-        return [GpuOut.model_validate(g) for g in self.sampler.gpus], self.sampler.gpu_error
-
     def profile_list(
-        self, units: dict[str, UnitStateOut], residency: dict[str, Residency] | None = None
-    ) -> list[ProfileOut]:
-        out: list[ProfileOut] = []
-        residency = residency or {}
+        self, units: dict[str, UnitInfo], residency: Mapping[str, Residency]
+    ) -> list[ProfileInfo]:
+        out: list[ProfileInfo] = []
         for n, lp in sorted(self.profiles.valid.items()):
             p = lp.profile
             out.append(
-                ProfileOut(
+                ProfileInfo(
                     name=n,
                     valid=True,
                     description=p.description,
@@ -87,11 +114,11 @@ class Inventory:
                     unit_state=units.get(n),
                     default=n == self._settings.default_profile,
                     warm=p.warm,
-                    residency=ResidencyOut.model_validate(r) if (r := residency.get(n)) else None,
+                    residency=residency.get(n),
                 )
             )
         out += [
-            ProfileOut(name=i.name, valid=False, file=str(i.file), error=str(i))
+            ProfileInfo(name=i.name, valid=False, file=str(i.file), error=str(i))
             for i in self.profiles.invalid
         ]
         return out

@@ -24,11 +24,42 @@ class LevelRow:
     requests: list[dict[str, Any]]
 
 
+Json = dict[str, Any]  # a stored JSON object (vLLM's summary keys, a spec, provenance) as the API returns it
+
+
 @dataclass(frozen=True)
 class BenchmarkView:
+    """A benchmark with its run and levels; the JSON columns decoded."""
+
     bench: Benchmark
     run: Run
     levels: list[BenchmarkLevel]
+
+    @property
+    def spec(self) -> Json:
+        return _object(self.bench.spec)
+
+    @property
+    def provenance(self) -> Json:
+        return _object(self.bench.provenance)
+
+    @property
+    def summaries(self) -> list[Json]:
+        return [_object(lv.summary) for lv in self.levels]
+
+
+@dataclass(frozen=True)
+class ExperimentView:
+    """An experiment's request and its steps record (what the experiment stored), decoded."""
+
+    run: Run
+    request: Json
+    record: Json
+
+
+def _object(text: str | None) -> Json:
+    value = json.loads(text) if text else {}
+    return value if isinstance(value, dict) else {}
 
 
 def pack(rows: list[dict[str, Any]]) -> bytes:
@@ -102,17 +133,21 @@ class BenchStore:
             s.add(exp)
             s.commit()
 
-    def experiment(self, *, run_id: int) -> tuple[Experiment, Run] | None:
+    def experiment(self, *, run_id: int) -> ExperimentView | None:
         with self.store.session() as s:
             exp = s.exec(select(Experiment).where(Experiment.run_id == run_id)).first()
             run = s.get(Run, run_id)
-            return None if exp is None or run is None else (exp, run)
+            return None if exp is None or run is None else _experiment(exp, run)
 
-    def experiments(self, *, limit: int = 50) -> list[tuple[Experiment, Run]]:
+    def experiments(self, *, limit: int = 50) -> list[ExperimentView]:
         with self.store.session() as s:
             q = select(Experiment, Run).where(Experiment.run_id == Run.id)
             rows = s.exec(q.order_by(col(Experiment.id).desc()).limit(limit)).all()
-            return [(e, r) for e, r in rows]
+            return [_experiment(e, r) for e, r in rows]
+
+
+def _experiment(e: Experiment, r: Run) -> ExperimentView:
+    return ExperimentView(r, _object(e.request), _object(e.steps))
 
 
 def _levels(*, requests: bool) -> SelectOfScalar[BenchmarkLevel]:

@@ -22,9 +22,20 @@ from daemon.store.models import Run, RunEvent, TeardownRecord, utcnow
 
 @dataclass(frozen=True)
 class RunView:
+    """A run with its events and teardowns; its JSON columns decoded."""
+
     run: Run
     events: list[RunEvent]
     teardowns: list[TeardownRecord]
+
+    @property
+    def argv(self) -> list[str] | None:
+        return [str(a) for a in json.loads(self.run.argv)] if self.run.argv else None
+
+    @property
+    def load_stages(self) -> dict[str, float] | None:
+        stages = json.loads(self.run.load_stages) if self.run.load_stages else None
+        return {str(k): float(v) for k, v in stages.items()} if isinstance(stages, dict) else None
 
 
 @dataclass
@@ -175,6 +186,12 @@ class Store:
             ).all()
             tds = s.exec(select(TeardownRecord).where(TeardownRecord.run_id == run_id)).all()
             return RunView(run, list(events), list(tds))
+
+    def switch_of(self, serving_run_id: int) -> RunView | None:
+        """The switch that started a serving run (its parent), with what it recorded."""
+        serving = self.get_run(run_id=serving_run_id)
+        parent = serving.run.parent_id if serving else None
+        return self.get_run(run_id=parent) if parent else None
 
     def list_runs(self, *, profile: str | None = None, limit: int = 50) -> list[Run]:
         with self.session() as s:

@@ -8,13 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine, Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from daemon.core.errors import Busy, InvalidInput, K25Error, NotFound, Refused
+from daemon.core.errors import K25Error, NotFound, Refused
 from daemon.core.hoststate import HostState
-from daemon.core.profiles import LoadedProfile, Profile, ProfileSet
+from daemon.core.profiles import LoadedProfile, Profile, ProfileSet, WarmMode
 from daemon.core.run_types import CutShort, NewRun, Outcome, Phase, Progress, RunKind
 from daemon.engines import engine_for
 from daemon.engines.base import LogEvent
@@ -22,6 +22,7 @@ from daemon.engines.client import EnginePort
 from daemon.engines.excerpt import journal_excerpt
 from daemon.host.journal import JournalPort
 from daemon.host.systemd import SystemdPort
+from daemon.runs.jobs import JobKind, Jobs, Slot
 from daemon.runs.recorder import HostAfter, RunRecorder
 from daemon.store.queries import Store
 from daemon.switching.bringup import BringUpFailed, bring_up
@@ -56,6 +57,18 @@ class ServingHooks(Protocol):
 
 
 WarmHook = Callable[[int, Profile, Callable[[str, float], Awaitable[None]]], Coroutine[Any, Any, None]]
+
+
+@dataclass
+class _Txn:
+    """One transaction's own state: once it rolls back, a cancel is refused."""
+
+    rolling_back: bool = False
+
+    def refusal(self, run_id: int) -> str | None:
+        if self.rolling_back:
+            return f"run {run_id} has failed and is rolling back: the rollback cannot be cancelled"
+        return None
 
 
 class _Events:
@@ -93,6 +106,8 @@ class Switcher:
         stop_timeout_s: float,
         write_launch: Callable[[LoadedProfile, int, list[str]], object],
         serving: ServingHooks,
+        jobs: Jobs,
+        warm: WarmHook | None = None,
     ) -> None:
         self._read_profiles, self.ports, self.store, self.recorder = profiles, ports, store, recorder
         self.hub = recorder.hub
@@ -101,18 +116,8 @@ class Switcher:
             stop_timeout_s,
             write_launch,
         )
-        self._task: asyncio.Task[None] | None = None
-        self._run_id: int | None = None
-        self._rolling_back = False
-        self._cancelling = False
-        self._admission = asyncio.Lock()
-        self.serving = serving
-        self.gate: Callable[[], str | None] = lambda: None  # the job in progress, if any
-        self.warm: WarmHook | None = None  # reads a profile's weights into the page cache
-
-    @property
-    def busy(self) -> bool:
-        return self._task is not None
+        self.serving, self.jobs = serving, jobs
+        self.warm = warm  # reads a profile's weights into the page cache while the old engine stops
 
     # -- requests -------------------------------------------------------------------------------------
 
@@ -132,35 +137,38 @@ class Switcher:
         if lp is None:
             bad = next((str(p) for p in profiles.invalid if p.name == name), None)
             raise NotFound(f"profile {name!r} is invalid: {bad}" if bad else f"no valid profile {name!r}")
-        async with self._admission:  # check and claim in one step: two requests never both get through
-            if self._task is not None:
-                raise Busy(f"run {self._run_id} (switch to {self.hub.status.target_profile}) is in progress")
-            if parent is None and (job := self.gate()):  # an operator's switch waits for a benchmark
-                raise Busy(job)
-            if self.hub.status.state is HostState.NEEDS_RESET:
-                raise Refused(f"the host needs a GPU reset or reboot: {self.hub.status.reason}")
+        if self.hub.status.state is HostState.NEEDS_RESET:
+            raise Refused(f"the host needs a GPU reset or reboot: {self.hub.status.reason}")
+        # An operator's switch waits for a benchmark; a job's own switch and the watch's do not.
+        with self._admit(name, parent) as (slot, txn):
             st = self.hub.status
             if not force and st.state is HostState.ACTIVE and st.active_profile == name:
                 if (await self.ports.systemd.state(lp.profile.unit)).is_active:
                     return None
             previous = from_profile or st.active_profile
             run_id = await self._new_run(kind, lp, from_profile=previous, parent=parent)
-            self._run_id = run_id
             self.recorder.begin(run_id, name)
-            self._task = asyncio.create_task(self._transaction(run_id, lp, previous))
+            slot.start(run_id, self._transaction(run_id, lp, previous, txn))
             return run_id
+
+    @contextlib.contextmanager
+    def _admit(self, name: str, parent: int | None) -> Iterator[tuple[Slot, _Txn]]:
+        txn = _Txn()
+        with self.jobs.admit(
+            JobKind.SWITCH, parent=parent, subject=name, label=f"switch to {name}", refuse_cancel=txn.refusal
+        ) as slot:
+            yield slot, txn
 
     async def resume(self, lp: LoadedProfile, *, parent: int, from_profile: str | None) -> int:
         """After a daemon restart mid-start: the engine that run `parent` started still runs but was never
         proven ready. A new run follows it (no stop, no start) through loading and the probe."""
-        async with self._admission:
+        with self._admit(lp.profile.name, parent) as (slot, txn):
             run_id = await self._new_run(RunKind.SWITCH, lp, from_profile=from_profile, parent=parent)
-            self._run_id = run_id
             self.recorder.begin(run_id, lp.profile.name)
             await self.recorder.event(
                 run_id, Phase.CREATED, f"resumes run {parent}: the daemon restarted while its engine started"
             )
-            self._task = asyncio.create_task(self._transaction(run_id, lp, from_profile, resume=True))
+            slot.start(run_id, self._transaction(run_id, lp, from_profile, txn, resume=True))
             return run_id
 
     async def after_restart(self, cut: CutShort | None, *, resume: bool) -> None:
@@ -189,28 +197,6 @@ class Switcher:
             from_profile=cut.profile,
         )
 
-    async def wait(self, run_id: int) -> None:
-        """Until the run (and any rollback it started) has ended."""
-        task = self._task
-        if task is not None and self._run_id == run_id:
-            await asyncio.shield(task)
-
-    async def settled(self) -> None:
-        """Until the switch in progress (with any rollback it started) has ended."""
-        if self._task is not None:
-            await asyncio.wait({self._task})
-
-    async def cancel(self, run_id: int) -> None:
-        if self._task is None or self._run_id != run_id:
-            raise InvalidInput(f"run {run_id} is not in progress")
-        if self._rolling_back:
-            raise Busy(f"run {run_id} has failed and is rolling back: the rollback cannot be cancelled")
-        if self._cancelling:
-            raise Busy(f"run {run_id} is already being cancelled")
-        self._cancelling = True
-        log.info("run %d: cancel requested", run_id)
-        self._task.cancel()
-
     # -- the transaction -------------------------------------------------------------------------------
 
     async def _new_run(
@@ -221,21 +207,19 @@ class Switcher:
         return await self.recorder.create(new)
 
     async def _transaction(
-        self, run_id: int, lp: LoadedProfile, previous: str | None, *, resume: bool = False
+        self, run_id: int, lp: LoadedProfile, previous: str | None, txn: _Txn, *, resume: bool = False
     ) -> None:
         try:
             await self.serving.end(Outcome.STOPPED, f"switched away by run {run_id} (to {lp.profile.name})")
             failure = await self._attempt(run_id, lp, cancellable=True, resume=resume)
             if failure is None:
                 return
-            self._rolling_back = True  # from here on a cancel is refused (and a second one was already)
+            txn.rolling_back = True  # from here on a cancel is refused (and a second one was already)
             await self._recover(run_id, lp, *failure, previous)
         except Exception as e:  # recording the failure failed too (the database, a bug): never stay switching
             log.exception("run %d: could not record the end of the switch", run_id)
             why = f"run {run_id} ended in an internal error: {type(e).__name__}: {e}"
             self.recorder.settle(HostAfter(HostState.DEGRADED, None, why))
-        finally:
-            self._task, self._run_id, self._rolling_back, self._cancelling = None, None, False, False
 
     async def _attempt(
         self, run_id: int, lp: LoadedProfile, *, cancellable: bool, resume: bool = False
@@ -278,7 +262,8 @@ class Switcher:
         rb = await self._new_run(RunKind.ROLLBACK, target, from_profile=lp.profile.name, parent=run_id)
         await self.recorder.event(run_id, Phase.ROLLBACK, f"rolling back to {target.profile.name} (run {rb})")
         await self.recorder.finish(run_id, outcome, error=error, rollback_run_id=rb)
-        self._run_id = rb
+        if (job := self.jobs.find(run_id)) is not None:
+            job.carry_on(rb, f"rollback to {target.profile.name}")  # the job's 409 names the rollback now
         self.recorder.begin(rb, target.profile.name)
         second = await self._attempt(rb, target, cancellable=False)
         if second is None:
@@ -324,7 +309,7 @@ class Switcher:
             # A warm of the target's weights runs while the old engine stops; the start waits for it.
             warming: asyncio.Task[None] | None = (
                 asyncio.create_task(self.warm(run_id, p, events.stage))
-                if self.warm is not None and p.warm != "off"
+                if self.warm is not None and p.warm is not WarmMode.OFF
                 else None
             )
             try:

@@ -12,8 +12,9 @@ from collections.abc import Awaitable, Callable
 
 from daemon.core.errors import Busy, NotFound
 from daemon.core.hoststate import HostState
-from daemon.core.profiles import Profile, ProfileSet
+from daemon.core.profiles import Profile, ProfileSet, WarmMode
 from daemon.core.run_types import NewRun, Outcome, Phase, Progress, RunKind
+from daemon.runs.jobs import JobKind, Jobs
 from daemon.runs.recorder import RunRecorder
 from daemon.warming.warmer import MIB, Residency, Warmer, WarmResult
 
@@ -26,14 +27,14 @@ class WarmService:
         self,
         warmer: Warmer,
         recorder: RunRecorder,
+        jobs: Jobs,
         profiles: Callable[[], ProfileSet],
         *,
         every_s: float,
         always_below: float,
     ) -> None:
-        self.warmer, self.recorder, self.profiles = warmer, recorder, profiles
+        self.warmer, self.recorder, self.jobs, self.profiles = warmer, recorder, jobs, profiles
         self.every_s, self.always_below = every_s, always_below
-        self.tasks: dict[int, tuple[str, asyncio.Task[None], threading.Event]] = {}  # run id -> warm
         self._loop: asyncio.Task[None] | None = None
 
     def residency(self) -> dict[str, Residency]:
@@ -48,22 +49,11 @@ class WarmService:
     async def start(self, name: str) -> int:
         """A warm run for the profile; 409 while one runs for it already."""
         p = self._profile(name)
-        if any(n == name for n, _, _ in self.tasks.values()):
-            raise Busy(f"profile {name!r} is being warmed already")
-        run_id = await self.recorder.create(NewRun(RunKind.WARM, name))
-        stop = threading.Event()
-        task = asyncio.create_task(self._run(run_id, p, stop))
-        self.tasks[run_id] = (name, task, stop)
-        task.add_done_callback(lambda _: self.tasks.pop(run_id, None))
-        return run_id
-
-    def cancel(self, run_id: int) -> bool:
-        found = self.tasks.get(run_id)
-        if found is None:
-            return False
-        found[2].set()
-        found[1].cancel()
-        return True
+        stop = threading.Event()  # the reader threads stop with the task
+        with self.jobs.admit(JobKind.WARM, subject=name, on_cancel=stop.set) as slot:
+            run_id = await self.recorder.create(NewRun(RunKind.WARM, name))
+            slot.start(run_id, self._run(run_id, p, stop))
+            return run_id
 
     async def _progress(self, run_id: int, done: int, total: int) -> None:
         pct = 100 * done // total if total else 100
@@ -118,9 +108,6 @@ class WarmService:
             self._loop.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._loop
-        for _, task, stop in list(self.tasks.values()):
-            stop.set()
-            task.cancel()
 
     async def _refresh(self) -> None:
         """Each profile's residency every `every_s` (the scan is a few mincore calls per file); profiles
@@ -132,7 +119,11 @@ class WarmService:
                 except OSError as e:
                     log.warning("residency of %s: %s", name, e)
                     continue
-                if lp.profile.warm == "always" and res.bytes and res.resident < self.always_below * res.bytes:
+                if (
+                    lp.profile.warm is WarmMode.ALWAYS
+                    and res.bytes
+                    and res.resident < self.always_below * res.bytes
+                ):
                     with contextlib.suppress(Busy):
                         run_id = await self.start(name)
                         log.info(

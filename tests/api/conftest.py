@@ -13,7 +13,8 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from daemon.api.app import HostPorts, create_app
+from daemon.api.app import create_app
+from daemon.api.services import HostPorts
 from daemon.core.settings import Settings
 from daemon.host.gpu import NoGpus
 from daemon.sandbox.fake_http import FakeConfig, build_app

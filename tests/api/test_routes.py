@@ -10,7 +10,8 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from daemon.api.app import HostPorts, create_app
+from daemon.api.app import create_app
+from daemon.api.services import HostPorts
 from daemon.core.errors import K25Error
 from daemon.host.gpu import NoGpus
 from tests.api.conftest import Env, make_settings, wait_run

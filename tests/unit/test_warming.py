@@ -149,8 +149,10 @@ class _SlowCache:
 
 
 async def test_a_warm_run_is_cancelled_and_its_readers_stop(tmp_path: Path) -> None:
+    from daemon.core.errors import InvalidInput
     from daemon.core.hoststate import StateHub
     from daemon.core.profiles import LoadedProfile, ProfileSet
+    from daemon.runs.jobs import Jobs
     from daemon.runs.recorder import RunRecorder
     from daemon.store.queries import Store
     from daemon.warming.service import WarmService
@@ -160,12 +162,12 @@ async def test_a_warm_run_is_cancelled_and_its_readers_stop(tmp_path: Path) -> N
     warmer = Warmer(cache, mem_available=lambda: 1 << 40, reserve=0, workers=1, block=MIB)
     recorder = RunRecorder(await asyncio.to_thread(Store.open, tmp_path / "k25.db"), StateHub())
     lp = LoadedProfile(profile=profile, file=tmp_path / "p.toml", sha256="x")
-    svc = WarmService(
-        warmer, recorder, lambda: ProfileSet(valid={"p": lp}, invalid=[]), every_s=60, always_below=0.98
-    )
+    jobs = Jobs(recorder.hub)
+    profiles = ProfileSet(valid={"p": lp}, invalid=[])
+    svc = WarmService(warmer, recorder, jobs, lambda: profiles, every_s=60, always_below=0.98)
     run_id = await svc.start("p")
     await asyncio.to_thread(cache.reading.wait, 10)
-    assert svc.cancel(run_id)
+    jobs.cancel(run_id)
     assert await asyncio.to_thread(cache.stopped.wait, 10)  # the reader thread saw the stop
     for _ in range(500):  # the run's end is recorded by its task
         view = await asyncio.to_thread(recorder.store.get_run, run_id=run_id)
@@ -175,4 +177,5 @@ async def test_a_warm_run_is_cancelled_and_its_readers_stop(tmp_path: Path) -> N
     assert view is not None
     assert (view.run.kind, view.run.outcome) == ("warm", "cancelled")
     assert cache.stopped.is_set()
-    assert svc.cancel(run_id) is False  # over
+    with pytest.raises(InvalidInput, match="not in progress"):  # over
+        jobs.cancel(run_id)

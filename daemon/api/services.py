@@ -1,0 +1,207 @@
+"""The daemon's services, built once, each with everything it needs, in the order they need each other
+(`build`, top to bottom). Where two would need each other the tie has a name: the serving watch reports
+`Incidents` that the `Policies` (built after the switcher) act on; every service that starts or checks a
+job shares the one `Jobs` registry. `Services.start` and `close` are all the app's lifespan does."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from daemon.api.benchmark_controller import BenchController
+from daemon.api.controller import Controller
+from daemon.benchmark.client import new_client
+from daemon.benchmark.experiments import Benchmarks
+from daemon.benchmark.runner import BenchmarkRunner, HttpFactory
+from daemon.core.errors import K25Error
+from daemon.core.hoststate import StateHub
+from daemon.core.settings import Settings
+from daemon.engines.client import EnginePort, Prober
+from daemon.host.gpu import GpuView
+from daemon.host.journal import JournalctlJournal, JournalPort
+from daemon.host.pagecache import PageCache, mem_available
+from daemon.host.systemd import SdbusSystemd, SystemdPort, open_system_bus
+from daemon.runs.jobs import Jobs
+from daemon.runs.recorder import RunRecorder
+from daemon.serving.policies import Incidents, Policies
+from daemon.serving.watch import ServingWatch
+from daemon.status.inventory import Inventory
+from daemon.status.sampler import HostSampler
+from daemon.store.bench import BenchStore
+from daemon.store.queries import Store
+from daemon.switching.launch import write_launch
+from daemon.switching.reconcile import reconcile
+from daemon.switching.transaction import Switcher, SwitchPorts
+from daemon.teardown.build import build_gpus, build_teardown
+from daemon.teardown.execute import Teardown
+from daemon.warming.service import WarmService
+from daemon.warming.warmer import Warmer
+
+log = logging.getLogger("k25.daemon")
+
+
+@dataclass
+class HostPorts:
+    """What the daemon uses of the machine; tests hand in fakes, `real_ports` builds the real ones."""
+
+    systemd: SystemdPort
+    journal: JournalPort
+    gpus: GpuView
+    teardown: Teardown
+    prober: EnginePort
+    bench_http: HttpFactory = field(default=lambda n, t: new_client(t, n))  # the benchmark's requests
+
+
+def real_ports(settings: Settings) -> HostPorts:
+    gpus = build_gpus(settings)
+    return HostPorts(
+        systemd=SdbusSystemd(open_system_bus()),  # one bus for the process, opened in the lifespan
+        journal=JournalctlJournal(settings.journal_command),
+        gpus=gpus,
+        teardown=build_teardown(settings, gpus),
+        prober=Prober(),
+    )
+
+
+def _hardware(gpus: GpuView) -> Callable[[list[int]], tuple[list[str], str | None]]:
+    """GPU names of the given indices and the driver version, for a benchmark's provenance (in a thread)."""
+
+    def read(indices: list[int]) -> tuple[list[str], str | None]:
+        try:
+            seen = {g.index: g.name for g in gpus.gpus(light=True)}
+            driver = gpus.driver_version()
+        except K25Error:
+            return [], None
+        return [seen[i] for i in indices if i in seen], driver
+
+    return read
+
+
+@dataclass(frozen=True)
+class Services:
+    settings: Settings
+    host: HostPorts
+    store: Store
+    recorder: RunRecorder
+    inventory: Inventory
+    watch: ServingWatch
+    sampler: HostSampler
+    warms: WarmService
+    switcher: Switcher
+    policies: Policies
+    controller: Controller
+
+    @property
+    def hub(self) -> StateHub:
+        return self.recorder.hub
+
+    async def start(self) -> None:
+        """Read the profiles, settle with systemd (what a restart cut short), then follow and sample."""
+        profiles = await self.inventory.reload_profiles()
+        rec = await reconcile(profiles, systemd=self.host.systemd, recorder=self.recorder, serving=self.watch)
+        await self.switcher.after_restart(rec.resume or rec.restore, resume=rec.resume is not None)
+        self.watch.follow_units()
+        self.policies.start()
+        await self.sampler.start()
+        self.warms.start_refresh()
+        warnings = [f"runs database: {self.store.recovered}"] if self.store.recovered else []
+        if access := await asyncio.to_thread(self.host.teardown.procs.access_problem):
+            warnings.append(access)
+        for w in warnings:
+            log.error("%s", w)
+        if warnings:
+            self.hub.warnings(tuple(warnings))
+
+    async def close(self) -> None:
+        await self.watch.close()
+        await self.policies.close()
+        await self.warms.close()
+        await self.controller.jobs.close()
+        await self.sampler.close()
+        log.info("stopping; engine units keep running")
+        await self.host.prober.aclose()
+
+
+async def build(settings: Settings, host: HostPorts) -> Services:
+    s = settings
+    store = await asyncio.to_thread(Store.open, s.database_path)
+    recorder = RunRecorder(store, StateHub())
+    jobs = Jobs(recorder.hub)
+    inventory = Inventory(s, host.systemd)
+    incidents = Incidents()
+    watch = ServingWatch(
+        settings=s,
+        systemd=host.systemd,
+        journal=host.journal,
+        engines=host.prober,
+        recorder=recorder,
+        profiles=inventory.current,
+        jobs=jobs,
+        incidents=incidents,
+    )
+    sampler = HostSampler(
+        host.gpus,
+        host.teardown,
+        inventory.units,
+        gpu_every_s=s.gpu_sample_s,
+        strays_every_s=s.strays_sample_s,
+        maintenance=watch.retention,
+    )
+    warmer = Warmer(
+        PageCache(),
+        mem_available=mem_available,
+        reserve=s.warm_reserve_bytes,
+        workers=s.warm_workers,
+        block=s.warm_block_bytes,
+    )
+    warms = WarmService(
+        warmer,
+        recorder,
+        jobs,
+        inventory.current,
+        every_s=s.residency_every_s,
+        always_below=s.warm_always_below,
+    )
+    switcher = Switcher(
+        profiles=inventory.reload_profiles,
+        ports=SwitchPorts(host.systemd, host.journal, host.teardown, host.prober),
+        store=store,
+        recorder=recorder,
+        default_profile=s.default_profile,
+        stop_timeout_s=s.stop_timeout_s,
+        write_launch=lambda lp, run_id, argv: write_launch(s, lp, run_id=run_id, argv=argv),
+        serving=watch,
+        jobs=jobs,
+        warm=warms.before_start,
+    )
+    policies = Policies(s, recorder.hub, incidents, switcher)
+    runner = BenchmarkRunner(
+        recorder=recorder, bench_store=BenchStore(store), http=host.bench_http, hardware=_hardware(host.gpus)
+    )
+    benchmarks = Benchmarks(
+        runner=runner,
+        jobs=jobs,
+        recorder=recorder,
+        switcher=switcher,
+        profiles=inventory.reload_profiles,
+        bench_store=runner.bench_store,
+        default_profile=s.default_profile,
+        warm=warms.start,
+    )
+    controller = Controller(
+        inventory=inventory,
+        sampler=sampler,
+        switcher=switcher,
+        recorder=recorder,
+        teardown=host.teardown,
+        default_profile=s.default_profile,
+        watch=watch,
+        bench=BenchController(benchmarks),
+        jobs=jobs,
+        warms=warms,
+    )
+    return Services(
+        s, host, store, recorder, inventory, watch, sampler, warms, switcher, policies, controller
+    )
