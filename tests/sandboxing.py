@@ -11,6 +11,7 @@ from typing import Any
 
 from daemon.sandbox import sandbox as sbx
 from daemon.sandbox.layout import fake_engine_profile, free_port, make_models
+from tests.waiting import eventually_sync
 
 # Extra profiles the system tests need: each fault the fake engine can show, on its own port.
 FAULT_PROFILES: dict[str, dict[str, Any]] = {
@@ -85,29 +86,16 @@ class Api:
 
     def wait_run(self, run_id: int, *, within_s: float = 120) -> Any:
         """Until the run has ended (deadline-bound; the API has no blocking read for an accepted run)."""
-        import time
 
-        deadline = time.monotonic() + within_s
-        while time.monotonic() < deadline:
+        def ended() -> Any:
             run = self.run(run_id)
-            if run["outcome"] != "running":
-                return run
-            time.sleep(0.2)
-        raise AssertionError(f"run {run_id} still running after {within_s}s")
+            return run if run["outcome"] != "running" else None
+
+        return eventually_sync(ended, what=f"run {run_id} ends", within_s=within_s)
 
     def wait_until(self, predicate: Any, *, within_s: float = 60, what: str = "condition") -> Any:
-        import time
-
-        deadline = time.monotonic() + within_s
-        while time.monotonic() < deadline:
-            try:
-                value = predicate()
-            except Exception:  # the daemon may be restarting
-                value = None
-            if value:
-                return value
-            time.sleep(0.2)
-        raise AssertionError(f"{what} not reached within {within_s}s")
+        # The daemon may be restarting: any error counts as "not yet".
+        return eventually_sync(predicate, what=what, within_s=within_s, tolerate=(Exception,))
 
 
 def probe(info: sbx.SandboxInfo, scenario: str, *args: str) -> Any:

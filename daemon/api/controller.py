@@ -136,8 +136,8 @@ class Controller:
             raise NotFound(f"no run {run_id}")
         return run_out(view, details=True)
 
-    async def runs(self, *, profile: str | None, limit: int) -> list[RunOut]:
-        rows = await asyncio.to_thread(self.store.list_runs, profile=profile, limit=limit)
+    async def runs(self, *, profile: str | None, parent: int | None = None, limit: int) -> list[RunOut]:
+        rows = await asyncio.to_thread(self.store.list_runs, profile=profile, parent=parent, limit=limit)
         return [run_out(RunView(r, [], []), details=False) for r in rows]
 
     async def run_metrics(self, run_id: int) -> RunMetricsOut:

@@ -139,9 +139,12 @@ async def restore(c: Ctl, response: Response, wait: bool = False) -> AcceptedOut
 
 @router.get("/runs")
 async def runs(
-    c: Ctl, profile: str | None = None, limit: Annotated[int, Query(ge=1, le=1000)] = 50
+    c: Ctl,
+    profile: str | None = None,
+    parent: Annotated[int | None, Query(ge=1, description="only the runs linked to this one")] = None,
+    limit: Annotated[int, Query(ge=1, le=1000)] = 50,
 ) -> list[RunOut]:
-    return await c.runs(profile=profile, limit=limit)
+    return await c.runs(profile=profile, parent=parent, limit=limit)
 
 
 @router.get("/runs/{run_id}")

@@ -14,6 +14,7 @@ Decisions (documented in the README):
 
 from __future__ import annotations
 
+import enum
 import json
 import math
 from collections import Counter
@@ -21,10 +22,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 PERCENTILES = (90, 95, 99)
-METRICS = ("ttft", "tpot", "itl", "e2el", "itl_per_token")
 
 
-class Status:
+class Status(enum.StrEnum):
     OK = "ok"
     HTTP = "http_error"  # the engine answered with an error status or an error object
     CUT = "cut"  # the stream ended without [DONE]
@@ -37,15 +37,15 @@ class Status:
 class RequestRecord:
     index: int
     sent: float  # when the request was sent, seconds since the level began
-    status: str = Status.OK
+    status: Status = Status.OK
     error: str | None = None
     prompt_tokens: int | None = None
     output_tokens: int = 0
     tokens_from_usage: bool = False
     ttft: float | None = None
     e2el: float | None = None
-    gaps: list[float] = field(default_factory=list)  # between consecutive text chunks
-    chunk_tokens: list[int] | None = None  # tokens per text chunk, when usage came with every chunk
+    gaps: list[float] = field(default_factory=list)  # between consecutive chunks after the first token
+    chunk_tokens: list[int] | None = None  # tokens per chunk, when usage came with every chunk
 
     @property
     def ok(self) -> bool:
@@ -53,7 +53,7 @@ class RequestRecord:
 
     @property
     def chunk_times(self) -> list[float]:
-        """Arrival of each text chunk, seconds since the level began."""
+        """Arrival of each chunk after the first token (and of the first), seconds since the level began."""
         if self.ttft is None:
             return []
         times = [self.sent + self.ttft]
@@ -76,7 +76,7 @@ class StreamReader:
     def __init__(self, record: RequestRecord) -> None:
         self.r = record
         self.done = False
-        self._last: float | None = None  # arrival of the newest text chunk
+        self._last: float | None = None  # arrival of the newest chunk since the first token
         self._chunks = 0
         self._usage_seen = 0  # completion tokens reported so far (continuous usage stats)
         self._per_chunk: list[int] = []
@@ -126,11 +126,11 @@ class StreamReader:
             self._per_chunk.append(int(completion) - self._usage_seen)
             self._usage_seen = int(completion)
 
-    def _fail(self, status: str, error: str) -> None:
+    def _fail(self, status: Status, error: str) -> None:
         if self.r.status == Status.OK:
             self.r.status, self.r.error = status, error
 
-    def finish(self, *, status: str | None = None, error: str | None = None) -> RequestRecord:
+    def finish(self, *, status: Status | None = None, error: str | None = None) -> RequestRecord:
         """The stream ended (or failed with `status`): settle the record."""
         r = self.r
         if status is not None:

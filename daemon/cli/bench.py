@@ -77,8 +77,11 @@ def spec(args: argparse.Namespace) -> dict[str, Any]:
 
 def follow(c: Client, run_id: int, *, as_json: bool, indent: str = "  ") -> str:
     """Print a benchmark's or experiment's events (progress bars for the measured requests) to its end;
-    an experiment's benchmarks are followed as they start. Returns the run's outcome."""
+    an experiment's benchmarks (its linked runs of kind benchmark) are followed as they start. Returns the
+    run's outcome."""
     tty = sys.stdout.isatty()
+    experiment = c.get(f"/runs/{run_id}")["kind"] == "experiment"
+    followed: set[int] = set()
     for e in c.events(f"/runs/{run_id}/events"):
         if as_json:
             print(json.dumps(e, default=str), flush=True)
@@ -93,20 +96,23 @@ def follow(c: Client, run_id: int, *, as_json: bool, indent: str = "  ") -> str:
             )
         else:
             print(f"{indent}{e['phase']:10} {e['detail'][:160]}", flush=True)
-        inner = e.get("detail", "").split("benchmark run ")
-        if (
-            e["phase"] == "measuring"
-            and len(inner) > 1
-            and inner[1].split()[0].isdigit()
-            and not e.get("final")
-        ):
-            follow(c, int(inner[1].split()[0]), as_json=as_json, indent=indent + "  ")
+        if experiment and e["phase"] == "measuring" and not e.get("final"):
+            for child in _new_benchmarks(c, run_id, followed):
+                follow(c, child, as_json=as_json, indent=indent + "  ")
     run: dict[str, Any] = c.get(f"/runs/{run_id}")
     if not as_json:
         print(
             f"{indent[:-2]}run {run_id}: {run['outcome']}" + (f"\n{run['error']}" if run.get("error") else "")
         )
     return str(run["outcome"])
+
+
+def _new_benchmarks(c: Client, run_id: int, followed: set[int]) -> list[int]:
+    """The experiment's benchmark runs not followed yet, oldest first."""
+    runs: list[dict[str, Any]] = c.get("/runs", parent=run_id, limit=1000)
+    new = sorted(r["id"] for r in runs if r["kind"] == "benchmark" and r["id"] not in followed)
+    followed.update(new)
+    return new
 
 
 def bench(args: argparse.Namespace) -> int:

@@ -36,15 +36,6 @@ class AccessDenied(K25Error):
     status_code = 403
 
 
-class JobFailed(K25Error):
-    """A systemd job ended with a result other than `done`."""
-
-    def __init__(self, unit: str, job_result: str) -> None:
-        super().__init__(f"systemd job for {unit} ended with result {job_result!r}")
-        self.unit = unit
-        self.job_result = job_result
-
-
 class HostTimeout(K25Error):
     status_code = 504
 

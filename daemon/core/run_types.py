@@ -62,7 +62,8 @@ FINAL_OUTCOMES = tuple(o for o in Outcome if o is not Outcome.RUNNING)
 
 @dataclass(frozen=True)
 class Progress:
-    """The engine's weight-loading bar: percent and shards done of total."""
+    """How far a run is: percent, and done of total in the run's own unit (weight shards of a switch's
+    load, MiB of a warm, requests of a benchmark level)."""
 
     percent: int
     done: int
@@ -87,7 +88,7 @@ class CutShort:
     """A switch or rollback the daemon was in the middle of when it stopped."""
 
     run_id: int
-    kind: str
+    kind: RunKind
     profile: str
     from_profile: str | None
-    phase: str
+    phase: Phase

@@ -24,7 +24,7 @@ from daemon.host.systemd_dbus import (
     translate,
 )
 
-Action = Literal["start", "stop", "restart"]
+Action = Literal["start", "stop"]
 
 
 @dataclass(frozen=True)
@@ -71,7 +71,6 @@ class JobOutcome:
 class SystemdPort(Protocol):
     async def start(self, unit: str, *, within_s: float) -> JobOutcome: ...
     async def stop(self, unit: str, *, within_s: float) -> JobOutcome: ...
-    async def restart(self, unit: str, *, within_s: float) -> JobOutcome: ...
     async def state(self, unit: str) -> UnitState: ...
     async def reset_failed(self, unit: str) -> None: ...
     def watch(self, unit: str) -> AbstractAsyncContextManager[AsyncIterator[UnitState]]: ...
@@ -137,9 +136,6 @@ class SdbusSystemd:
 
     async def stop(self, unit: str, *, within_s: float) -> JobOutcome:
         return await self._job("stop", unit, within_s)
-
-    async def restart(self, unit: str, *, within_s: float) -> JobOutcome:
-        return await self._job("restart", unit, within_s)
 
     async def _unit_path(self, unit: str) -> str:
         try:

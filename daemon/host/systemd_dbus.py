@@ -37,10 +37,6 @@ class ManagerInterface(DbusInterfaceCommonAsync, interface_name=MANAGER_IFACE):
     async def stop_unit(self, name: str, mode: str) -> str:
         raise NotImplementedError
 
-    @dbus_method_async("ss", "o")
-    async def restart_unit(self, name: str, mode: str) -> str:
-        raise NotImplementedError
-
     @dbus_method_async("s", "o")
     async def load_unit(self, name: str) -> str:
         raise NotImplementedError

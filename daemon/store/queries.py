@@ -193,11 +193,15 @@ class Store:
         parent = serving.run.parent_id if serving else None
         return self.get_run(run_id=parent) if parent else None
 
-    def list_runs(self, *, profile: str | None = None, limit: int = 50) -> list[Run]:
+    def list_runs(
+        self, *, profile: str | None = None, parent: int | None = None, limit: int = 50
+    ) -> list[Run]:
         with self.session() as s:
             q = select(Run).order_by(col(Run.id).desc()).limit(limit)
             if profile:
                 q = q.where(Run.profile == profile)
+            if parent is not None:
+                q = q.where(Run.parent_id == parent)
             return list(s.exec(q).all())
 
     def mark_interrupted(self, keep: Collection[int] = ()) -> list[int]:

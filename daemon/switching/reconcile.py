@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from daemon.core.errors import K25Error
 from daemon.core.hoststate import HostState
@@ -25,9 +25,6 @@ STARTING = (Phase.START, Phase.LOADING, Phase.PROBING)
 
 @dataclass(frozen=True)
 class Reconciled:
-    interrupted: list[int] = field(default_factory=list)
-    active_units: list[str] = field(default_factory=list)
-    adopted: str | None = None
     resume: CutShort | None = None  # its engine runs but was never proven ready: probe it first
     restore: CutShort | None = None  # nothing runs: finish its undo (the known-good profile comes back)
 
@@ -62,7 +59,7 @@ async def reconcile(
     else:  # what to do next (resume, restore) is the switcher's: see Switcher.after_restart
         recorder.settle(HostAfter(HostState.IDLE))
     log.info("reconciled: active units %s, adopted %s", active or "none", chosen or "none")
-    return Reconciled(interrupted, active, None if resume else chosen, resume, restore)
+    return Reconciled(resume, restore)
 
 
 async def _last_switch(store: Store) -> CutShort | None:
@@ -74,4 +71,4 @@ async def _last_switch(store: Store) -> CutShort | None:
     last = max(runs, key=lambda r: r.id or 0, default=None)
     if last is None or last.id is None or last.profile is None:
         return None
-    return CutShort(last.id, last.kind, last.profile, last.from_profile, last.phase)
+    return CutShort(last.id, RunKind(last.kind), last.profile, last.from_profile, Phase(last.phase))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -19,6 +18,7 @@ from daemon.core.settings import Settings
 from daemon.host.gpu import NoGpus
 from daemon.sandbox.fake_http import FakeConfig, build_app
 from tests.api.fakes import FakeJournal, FakeProber, FakeSystemd, fake_teardown
+from tests.waiting import eventually
 
 PROFILE = 'engine = "vllm"\nmodel = "/m"\nport = {port}\ntensor_parallel_size = 1\ngpus = [0]\nprobe_timeout_s = 5\n'
 TOKEN = "s3cret-token"
@@ -101,9 +101,9 @@ async def env(tmp_path: Path) -> AsyncIterator[Env]:
 
 async def wait_run(env: Env, run_id: int) -> Any:
     """The run once it has ended (a deadline of many short event-loop turns; the fakes are instant)."""
-    for _ in range(1000):
+
+    async def ended() -> Any:
         run = (await env.client.get(f"/runs/{run_id}")).json()
-        if run["outcome"] != "running":
-            return run
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"run {run_id} did not end")
+        return run if run["outcome"] != "running" else None
+
+    return await eventually(ended, what=f"run {run_id} ends")

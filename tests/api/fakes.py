@@ -4,6 +4,7 @@ probe can be held open (to keep a switch busy) or made to fail."""
 from __future__ import annotations
 
 import asyncio
+import collections
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -110,10 +111,6 @@ class FakeSystemd:
     async def stop(self, unit: str, *, within_s: float) -> JobOutcome:
         return JobOutcome(unit, "stop", "done", self._set(unit, "inactive", "dead"), 0.01)
 
-    async def restart(self, unit: str, *, within_s: float) -> JobOutcome:
-        await self.stop(unit, within_s=within_s)
-        return await self.start(unit, within_s=within_s)
-
     async def reset_failed(self, unit: str) -> None:
         if unit in self.states and self.states[unit].active_state == "failed":
             self.states[unit] = replace(self.states[unit], active_state="inactive", sub_state="dead")
@@ -143,6 +140,8 @@ class FakeProber:
         self.gate.set()
         self.broken: set[str] = set()
         self.metrics: dict[str, str] = {}  # profile -> its /metrics text
+        # profile -> texts served one per scrape, in order, before `metrics` (a test drives each scrape)
+        self.scripted: dict[str, collections.deque[str]] = {}
 
     async def health(self, profile: Profile, engine: Engine, *, timeout_s: float = 5.0) -> int | None:
         st = self.systemd.states.get(profile.unit)
@@ -152,7 +151,11 @@ class FakeProber:
         st = self.systemd.states.get(profile.unit)
         if st is None or st.active_state != "active":
             return {}
-        return {engine.metrics_path(profile) or "/metrics": self.metrics.get(profile.name, "")}
+        script = self.scripted.get(profile.name)
+        text = script.popleft() if script else self.metrics.get(profile.name, "")
+        if script is not None and not script:
+            self.metrics[profile.name] = text  # the last scripted text stays
+        return {engine.metrics_path(profile) or "/metrics": text}
 
     async def generate(self, profile: Profile, engine: Engine, progress: ProbeProgress) -> int:
         await self.gate.wait()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from pathlib import Path
+from typing import Any
 
 import httpx
 import pytest
@@ -16,6 +17,7 @@ from daemon.core.errors import K25Error
 from daemon.host.gpu import NoGpus
 from tests.api.conftest import Env, make_settings, wait_run
 from tests.api.fakes import BrokenNvml, FakeJournal, FakeProber, FakeSystemd, fake_teardown
+from tests.waiting import eventually
 
 
 async def test_reads(env: Env) -> None:
@@ -103,11 +105,12 @@ async def test_failure_rolls_back_to_the_default(env: Env) -> None:
     run = (await c.post("/profiles/beta/activate", params={"wait": True}, headers=env.auth)).json()
     assert run["outcome"] == "failed"
     assert "CUDA out of memory" in run["error"]
-    for _ in range(500):
+
+    async def settled() -> Any:
         st = (await c.get("/status")).json()
-        if st["state"] != "switching":
-            break
-        await asyncio.sleep(0.01)
+        return st if st["state"] != "switching" else None
+
+    st = await eventually(settled, what="the host leaves switching")
     assert (st["state"], st["active_profile"]) == ("active", "baseline")
     runs = (await c.get("/runs")).json()
     switches = [(r["kind"], r["parent_id"]) for r in runs if r["kind"] != "serving"]

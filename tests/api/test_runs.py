@@ -3,7 +3,6 @@ a run cleanly, what a hung probe says, profiles read afresh at each switch."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from typing import Any
 
@@ -13,15 +12,15 @@ from daemon.core.errors import StoreError
 from daemon.core.run_types import Phase
 from daemon.store.queries import Store
 from tests.api.conftest import PROFILE, Env, wait_run
+from tests.waiting import eventually
 
 
 async def _settled(env: Env) -> Any:
-    for _ in range(1000):
+    async def status() -> Any:
         st = (await env.client.get("/status")).json()
-        if st["state"] != "switching":
-            return st
-        await asyncio.sleep(0.01)
-    raise AssertionError("the host stayed switching")
+        return st if st["state"] != "switching" else None
+
+    return await eventually(status, what="the host leaves switching")
 
 
 def _store(env: Env) -> Store:
@@ -74,13 +73,12 @@ async def test_load_seconds_are_kept_when_http_came_up_but_the_probe_failed(env:
 async def test_stages_printed_before_http_up_are_kept_when_the_journal_lags(env: Env) -> None:
     env.journal.delivered.clear()  # health passes and the probe finishes before any line arrives
     run_id = (await env.client.post("/profiles/alpha/activate", headers=env.auth)).json()["run_id"]
-    for _ in range(1000):
+
+    async def probed() -> bool:
         run = (await env.client.get(f"/runs/{run_id}")).json()
-        if any("probe generation finished" in e["detail"] for e in run["events"]):
-            break
-        await asyncio.sleep(0.01)
-    else:
-        raise AssertionError("the probe did not finish")
+        return any("probe generation finished" in e["detail"] for e in run["events"])
+
+    await eventually(probed, what="the probe finishes")
     env.journal.delivered.set()
     run = await wait_run(env, run_id)
     assert run["outcome"] == "active"

@@ -3,21 +3,16 @@ profile whose weights left the page cache."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 from typing import Any
 
 from daemon.host.pagecache import evict, resident_bytes
 from tests.api.conftest import Env, wait_run
+from tests.waiting import eventually
 
 
 async def _until(env: Env, check: Any, what: str) -> Any:
-    for _ in range(1000):
-        value = await check()
-        if value:
-            return value
-        await asyncio.sleep(0.02)
-    raise AssertionError(what)
+    return await eventually(check, what=what, within_s=20, every_s=0.02)
 
 
 async def test_warm_always_keeps_the_weights_resident(env: Env) -> None:

@@ -3,22 +3,22 @@ conflicts, hangs, and the metric rows of a serving run."""
 
 from __future__ import annotations
 
-import asyncio
+import collections
 from collections.abc import Callable
 from typing import Any
 
 from tests.api.conftest import Env, wait_run
+from tests.waiting import eventually
 
 ALPHA, BETA, BASE = "k25-engine@alpha.service", "k25-engine@beta.service", "k25-engine@baseline.service"
 
 
 async def _until(env: Env, check: Callable[[Any], bool], what: str) -> Any:
-    for _ in range(1000):
+    async def status() -> Any:
         st = (await env.client.get("/status")).json()
-        if check(st):
-            return st
-        await asyncio.sleep(0.01)
-    raise AssertionError(f"{what}: last status {st}")
+        return st if check(st) else None
+
+    return await eventually(status, what=what)
 
 
 async def _runs(env: Env) -> list[Any]:
@@ -129,14 +129,25 @@ async def test_a_stalled_generation_is_unhealthy_and_recovers(env: Env) -> None:
     await _until(env, lambda s: s["state"] == "active", "healthy again")
 
 
+async def _rows(env: Env, run_id: int) -> Any:
+    series = (await env.client.get(f"/runs/{run_id}/metrics")).json()
+    return series if series["rows"] else None
+
+
 async def test_serving_metrics_rows_with_a_counter_reset(env: Env) -> None:
     await _activate(env, "alpha")
     st = await _until(env, lambda s: s["serving_run_id"] is not None, "serving")
-    gen = 0.0
-    for i in range(40):
-        gen = 100.0 + 50 * i if i != 20 else 10.0  # the engine restarted once: its counter went back
-        env.prober.metrics["alpha"] = VLLM.format(gen=gen, running=1)
-        await asyncio.sleep(0.05)
+    # One text per scrape, each seen exactly once (the watch's interval does not decide what it sees).
+    gens = [100.0 + 50 * i if i != 20 else 10.0 for i in range(40)]  # the engine restarted once at 20
+    script = collections.deque(VLLM.format(gen=g, running=1) for g in gens)
+    env.prober.scripted["alpha"] = script
+
+    async def consumed() -> bool:
+        return not script
+
+    await eventually(consumed, what="every scripted scrape served")
+    series = await eventually(lambda: _rows(env, st["serving_run_id"]), what="a metrics row")
+    assert series["rows"], series
     series = (await env.client.get(f"/runs/{st['serving_run_id']}/metrics")).json()
     assert series["rows"], series
     assert all(r["tokens_per_s"] >= 0 and r["generation_tokens"] >= 0 for r in series["rows"])

@@ -14,6 +14,7 @@ from daemon.core.profiles import Profile
 from daemon.engines.load_stages import segments
 from daemon.host.pagecache import PageCache, evict, resident_bytes
 from daemon.warming.warmer import Warmer
+from tests.waiting import eventually
 
 MIB = 2**20
 
@@ -169,12 +170,12 @@ async def test_a_warm_run_is_cancelled_and_its_readers_stop(tmp_path: Path) -> N
     await asyncio.to_thread(cache.reading.wait, 10)
     jobs.cancel(run_id)
     assert await asyncio.to_thread(cache.stopped.wait, 10)  # the reader thread saw the stop
-    for _ in range(500):  # the run's end is recorded by its task
+
+    async def ended() -> Any:  # the run's end is recorded by its task
         view = await asyncio.to_thread(recorder.store.get_run, run_id=run_id)
-        if view is not None and view.run.outcome != "running":
-            break
-        await asyncio.sleep(0.01)
-    assert view is not None
+        return view if view is not None and view.run.outcome != "running" else None
+
+    view = await eventually(ended, what="the warm run ends")
     assert (view.run.kind, view.run.outcome) == ("warm", "cancelled")
     assert cache.stopped.is_set()
     with pytest.raises(InvalidInput, match="not in progress"):  # over
