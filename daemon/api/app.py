@@ -102,10 +102,5 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
     async def healthz() -> HealthOut:
         return HealthOut(status="ok")
 
-    app.include_router(routes.pages)
-    # Writes first: for a method a path does not take, the 405's Allow header names the first route whose
-    # path matches (POST /profiles/reload, not GET /profiles/{name}).
-    app.include_router(routes.writes)
-    app.include_router(routes.router)
-    app.state.api_routes = [*routes.writes.routes, *routes.router.routes]  # for the 405's Allow header
+    routes.include(app)
     return app

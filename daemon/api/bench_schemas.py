@@ -29,6 +29,10 @@ class ProvenanceOut(Out):
     k25_ctl_version: str | None = None
 
 
+# JSON boundary: objects keyed as `vllm bench serve --save-result` writes them (vLLM's names, not ours).
+VllmResultJson = dict[str, Any]
+
+
 class BenchmarkLevelOut(BaseModel):
     concurrency: int | None
     request_rate: float | None

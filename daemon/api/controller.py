@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import asdict
-from typing import Any
 
 from daemon.api.benchmark_controller import BenchController
 from daemon.api.schemas import (
@@ -34,7 +33,7 @@ from daemon.api.schemas import (
 from daemon.core import redact
 from daemon.core.errors import Busy, NotFound
 from daemon.core.hoststate import HostState, StateHub
-from daemon.core.run_types import FINAL_OUTCOMES, NewRun, Outcome, RunKind
+from daemon.core.run_types import FINAL_OUTCOMES, NewRun, Outcome, RunEventJson, RunKind
 from daemon.engines.load_stages import segments
 from daemon.runs.jobs import Jobs
 from daemon.runs.recorder import HostAfter, RunRecorder
@@ -156,7 +155,7 @@ class Controller:
             live=[LiveSampleOut.model_validate(x) for x in self.watch.live(run_id)],
         )
 
-    async def run_events(self, run_id: int) -> AsyncIterator[dict[str, Any]]:
+    async def run_events(self, run_id: int) -> AsyncIterator[RunEventJson]:
         """The run's stored events, then its live ones until it ends."""
         with self.hub.follow_run(run_id) as live:
             view = await asyncio.to_thread(self.store.get_run, run_id=run_id)
@@ -165,24 +164,19 @@ class Controller:
             last = 0
             for e in view.events:
                 last = e.id or last
-                yield {
-                    "id": e.id,
-                    "phase": e.phase,
-                    "detail": redact.text(e.detail),
-                    "at": e.at.isoformat(),
-                    "run_id": run_id,
-                }
+                yield RunEventJson(id=e.id, phase=e.phase, detail=redact.text(e.detail), at=e.at.isoformat(),
+                                   run_id=run_id)  # fmt: skip
             if view.run.outcome in FINAL_OUTCOMES:
                 return
             while True:
                 event = await live.get()
-                if event["id"] <= last:
+                if (event.get("id") or 0) <= last:
                     continue
-                yield event | {"run_id": run_id, "detail": redact.text(event.get("detail") or "")}
+                yield event | RunEventJson(run_id=run_id, detail=redact.text(event.get("detail") or ""))
                 if event.get("final"):
                     return
 
-    async def host_events(self) -> AsyncIterator[dict[str, Any]]:
+    async def host_events(self) -> AsyncIterator[Mapping[str, object]]:
         async for status in self.hub.subscribe():
             yield status.to_dict() | {"reason": redact.optional_text(status.reason)}
 

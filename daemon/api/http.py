@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -63,7 +63,7 @@ class SseGate:
         self.limit, self.open = limit, 0
         self.stopping = asyncio.Event()
 
-    def stream(self, events: AsyncIterator[dict[str, Any]], name: str) -> StreamingResponse:
+    def stream(self, events: AsyncIterator[Mapping[str, object]], name: str) -> StreamingResponse:
         if self.open >= self.limit:
             raise Overloaded(
                 f"{self.open} event streams are open (max_sse_streams = {self.limit}); try later"

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from daemon.core.run_types import Phase, Progress
+from daemon.core.run_types import Phase, Progress, RunEventJson
 
 log = logging.getLogger("k25.host")
 
@@ -55,7 +55,7 @@ class HostStatus:
     def job_line(self) -> JobLine:
         return JobLine(self.job_run_id, self.job)
 
-    def to_dict(self) -> dict[str, Any]:  # the JSON of /events
+    def to_dict(self) -> dict[str, Any]:  # JSON boundary: the body of an /events message
         return asdict(self)
 
 
@@ -74,7 +74,7 @@ class StateHub:
     def __init__(self) -> None:
         self.status = HostStatus()
         self._subscribers: set[asyncio.Queue[HostStatus]] = set()
-        self._run_subscribers: dict[int, set[asyncio.Queue[dict[str, Any]]]] = {}
+        self._run_subscribers: dict[int, set[asyncio.Queue[RunEventJson]]] = {}
 
     def begin_switch(self, run_id: int, target: str) -> HostStatus:
         """The host is switching to `target` under this run (a switch or a rollback)."""
@@ -140,15 +140,15 @@ class StateHub:
         finally:
             self._subscribers.discard(q)
 
-    def publish_run(self, run_id: int, event: dict[str, Any]) -> None:
+    def publish_run(self, run_id: int, event: RunEventJson) -> None:
         """A run's event, as persisted, to whoever follows that run."""
         for q in self._run_subscribers.get(run_id, ()):
             q.put_nowait(event)
 
     @contextlib.contextmanager
-    def follow_run(self, run_id: int) -> Iterator[asyncio.Queue[dict[str, Any]]]:
+    def follow_run(self, run_id: int) -> Iterator[asyncio.Queue[RunEventJson]]:
         """Subscribe first, then read what is already stored: no event falls in between."""
-        q: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        q: asyncio.Queue[RunEventJson] = asyncio.Queue()
         self._run_subscribers.setdefault(run_id, set()).add(q)
         try:
             yield q

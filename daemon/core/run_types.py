@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from typing import TypedDict
 
 
 class RunKind(enum.StrEnum):
@@ -58,6 +59,22 @@ class Outcome(enum.StrEnum):
 
 
 FINAL_OUTCOMES = tuple(o for o in Outcome if o is not Outcome.RUNNING)
+
+
+class RunEventJson(TypedDict, total=False):
+    """A run's event as its followers get it (SSE): stored events carry `at` as ISO text, live ones as
+    epoch seconds; the final event says so, and names the rollback a failed switch started."""
+
+    id: int | None
+    run_id: int
+    phase: str
+    detail: str
+    at: float | str
+    final: bool
+    rollback_run_id: int | None
+    progress_percent: int
+    progress_done: int
+    progress_total: int
 
 
 @dataclass(frozen=True)

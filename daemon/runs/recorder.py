@@ -8,11 +8,10 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
-from typing import Any
 
 from daemon.core import redact
 from daemon.core.hoststate import HostState, StateHub
-from daemon.core.run_types import NewRun, Outcome, Phase, Progress
+from daemon.core.run_types import NewRun, Outcome, Phase, Progress, RunEventJson
 from daemon.store.queries import Store
 from daemon.teardown.execute import TeardownReport
 
@@ -64,13 +63,11 @@ class RunRecorder:
         )
         if self.hub.status.run_id == run_id:
             self.hub.phase(phase, progress if phase is Phase.LOADING else None)
-        event: dict[str, Any] = {"id": stored, "phase": phase, "detail": detail, "at": time.time()}
+        event = RunEventJson(id=stored, phase=phase, detail=detail, at=time.time())
         if progress is not None:
-            event |= {
-                "progress_percent": progress.percent,
-                "progress_done": progress.done,
-                "progress_total": progress.total,
-            }
+            event["progress_percent"] = progress.percent
+            event["progress_done"] = progress.done
+            event["progress_total"] = progress.total
         self.hub.publish_run(run_id, event)
         log.info("run %d: %s: %s", run_id, phase, _one_line(detail))
 
@@ -96,14 +93,8 @@ class RunRecorder:
         )
         if host is not None:
             self.settle(host)
-        event: dict[str, Any] = {
-            "id": stored,
-            "phase": outcome.phase,
-            "detail": detail or error or "",
-            "at": time.time(),
-            "final": True,
-            "rollback_run_id": rollback_run_id,
-        }
+        event = RunEventJson(id=stored, phase=outcome.phase, detail=detail or error or "", at=time.time(),
+                             final=True, rollback_run_id=rollback_run_id)  # fmt: skip
         self.hub.publish_run(run_id, event)
         level = logging.INFO if outcome in (Outcome.ACTIVE, Outcome.OK) else logging.WARNING
         then = f"; rolling back in run {rollback_run_id}" if rollback_run_id else ""

@@ -1,0 +1,61 @@
+"""Benchmarks of the active profile, experiments over several, and the comparison between profiles."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+from fastapi import Query, Response
+
+from daemon.api.bench_schemas import BenchmarkOut, CompareOut, ExperimentOut, VllmResultJson
+from daemon.api.routes.common import ACCEPTED, Ctl, Limit, RunId, located, reads, writes
+from daemon.api.schemas import AcceptedOut
+from daemon.benchmark.experiments import ExperimentRequest
+from daemon.benchmark.spec import BenchmarkSpec
+
+read = reads("benchmarks")
+write = writes("benchmarks")
+
+
+@write.post("/benchmarks", status_code=202, responses=ACCEPTED)
+async def start_benchmark(spec: BenchmarkSpec, c: Ctl, response: Response) -> AcceptedOut:
+    return located(await c.bench.start(spec), response, "/benchmarks")
+
+
+@read.get("/benchmarks")
+async def benchmarks(c: Ctl, profile: str | None = None, limit: Limit = 50) -> list[BenchmarkOut]:
+    return await c.bench.benchmarks(profile=profile, limit=limit)
+
+
+@read.get("/benchmarks/{run_id}")
+async def benchmark(run_id: RunId, c: Ctl, requests: bool = False) -> BenchmarkOut:
+    return await c.bench.benchmark(run_id, requests=requests)
+
+
+@read.get("/benchmarks/{run_id}/export")
+async def export_benchmark(run_id: RunId, c: Ctl) -> list[VllmResultJson]:
+    """The levels as `vllm bench serve --save-result` JSON objects (for existing plotting scripts)."""
+    return await c.bench.export(run_id)
+
+
+@write.post("/experiments", status_code=202, responses=ACCEPTED)
+async def start_experiment(req: ExperimentRequest, c: Ctl, response: Response) -> AcceptedOut:
+    return located(await c.bench.start_experiment(req), response, "/experiments")
+
+
+@read.get("/experiments")
+async def experiments(c: Ctl, limit: Limit = 50) -> list[ExperimentOut]:
+    return await c.bench.experiments(limit=limit)
+
+
+@read.get("/experiments/{run_id}")
+async def experiment(run_id: RunId, c: Ctl) -> ExperimentOut:
+    return await c.bench.experiment(run_id)
+
+
+@read.get("/compare")
+async def compare(
+    c: Ctl,
+    baseline: Annotated[str, Query(max_length=200)] = "baseline",
+    benchmark_spec: Annotated[str | None, Query(max_length=64, description="a spec hash")] = None,
+) -> CompareOut:
+    return await c.bench.compare(baseline=baseline, spec_hash=benchmark_spec)

@@ -1,0 +1,84 @@
+"""What every route module shares: the controller dependency, read and write access, the error responses
+documented in OpenAPI, and the Location header of an accepted run."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Query, Request, Response, Security
+from fastapi import Path as ApiPath
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+
+from daemon.api import auth
+from daemon.api.controller import Controller
+from daemon.api.schemas import AcceptedOut, ErrorOut, RunOut
+
+
+def controller(request: Request) -> Controller:
+    c: Controller = request.app.state.controller
+    return c
+
+
+# Declared for OpenAPI (the security scheme); the check itself is auth.check's constant-time compare.
+bearer = HTTPBearer(auto_error=False, description="the token in /etc/k25-ctl/token (mode 0600)")
+Bearer = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
+
+
+def write_access(request: Request, _: Bearer) -> None:
+    auth.check(request, request.app.state.token)
+
+
+def read_access(request: Request) -> None:
+    """Reads are open unless reads_require_token: http.install marks their bearer as optional in OpenAPI."""
+    if request.app.state.reads_require_token:
+        auth.check(request, request.app.state.token)
+
+
+Responses = dict[int | str, dict[str, Any]]  # FastAPI's `responses=` shape (OpenAPI objects)
+
+
+def _errors(*codes: int) -> Responses:
+    why = {
+        400: "Host header not allowed",
+        401: "missing or wrong bearer token",
+        404: "no such profile or run",
+        409: "busy: another switch runs, or the host refuses",
+        413: "request body too large",
+        422: "invalid input",
+        503: "overloaded, or the database or GPUs cannot be read",
+    }
+    return {c: {"model": ErrorOut, "description": why[c]} for c in codes}
+
+
+COMMON = (400, 401, 413, 422, 503)
+
+
+def reads(tag: str, prefix: str = "") -> APIRouter:
+    return APIRouter(prefix=prefix, tags=[tag], dependencies=[Depends(read_access)],
+                     responses=_errors(*COMMON, 404))  # fmt: skip
+
+
+def writes(tag: str, prefix: str = "") -> APIRouter:
+    return APIRouter(prefix=prefix, tags=[tag], dependencies=[Depends(write_access)],
+                     responses=_errors(*COMMON, 404, 409))  # fmt: skip
+
+
+Ctl = Annotated[Controller, Depends(controller)]
+RunId = Annotated[int, ApiPath(ge=1, le=2**63 - 1, description="a run's id")]
+Limit = Annotated[int, Query(ge=1, le=1000)]
+ACCEPTED: Responses = {202: {"model": AcceptedOut, "description": "started: its run id, Location names it"}}
+
+
+def located(out: AcceptedOut, response: Response, where: str) -> AcceptedOut:
+    response.headers["Location"] = f"{where}/{out.run_id}"
+    return out
+
+
+def accepted(answer: AcceptedOut | RunOut, response: Response) -> AcceptedOut | RunOut:
+    """A switch's answer: 202 with Location, or 200 when nothing started (already active) or it ended."""
+    run_id = answer.id if isinstance(answer, RunOut) else answer.run_id
+    if run_id is not None:
+        response.headers["Location"] = f"/runs/{run_id}"
+    if isinstance(answer, RunOut) or run_id is None:
+        response.status_code = 200
+    return answer

@@ -1,0 +1,49 @@
+"""Profiles and switching between them: list, reload, activate, warm, restore."""
+
+from __future__ import annotations
+
+from fastapi import Response
+
+from daemon.api.routes.common import Ctl, Responses, accepted, located, reads, writes
+from daemon.api.schemas import AcceptedOut, ProfileOut, ReloadOut, RunOut
+
+read = reads("profiles", "/profiles")
+write = writes("profiles", "/profiles")
+restoring = writes("profiles")
+SWITCH: Responses = {
+    200: {"model": AcceptedOut | RunOut, "description": "already active (no run), or the ended run (wait)"},
+    202: {"model": AcceptedOut, "description": "the switch started: its run id, and Location: /runs/N"},
+}
+
+
+@read.get("")
+async def profiles(c: Ctl) -> list[ProfileOut]:
+    return await c.profiles()
+
+
+@read.get("/{name}")
+async def profile(name: str, c: Ctl) -> ProfileOut:
+    return await c.profile(name)
+
+
+@write.post("/reload")
+async def reload(c: Ctl) -> ReloadOut:
+    return await c.reload()
+
+
+@write.post("/{name}/activate", status_code=202, responses=SWITCH)
+async def activate(
+    name: str, c: Ctl, response: Response, force: bool = False, wait: bool = False
+) -> AcceptedOut | RunOut:
+    return accepted(await c.activate(name, force=force, wait=wait), response)
+
+
+@write.post("/{name}/warm", status_code=202)
+async def warm(name: str, c: Ctl, response: Response) -> AcceptedOut:
+    """Read its weight files into the page cache: a run of kind `warm`, its events carry MiB and %."""
+    return located(await c.warm(name), response, "/runs")
+
+
+@restoring.post("/restore", status_code=202, responses=SWITCH)
+async def restore(c: Ctl, response: Response, wait: bool = False) -> AcceptedOut | RunOut:
+    return accepted(await c.restore(wait=wait), response)

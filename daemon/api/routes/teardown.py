@@ -1,0 +1,19 @@
+"""Maintenance teardown: the dry-run plan, and a teardown when no engine should run."""
+
+from __future__ import annotations
+
+from daemon.api.routes.common import Ctl, reads, writes
+from daemon.api.schemas import TeardownPlanOut, TeardownRunOut
+
+read = reads("teardown", "/teardown")
+write = writes("teardown", "/teardown")
+
+
+@read.get("/plan")
+async def teardown_plan(c: Ctl) -> TeardownPlanOut:
+    return await c.teardown_plan()
+
+
+@write.post("")
+async def teardown(c: Ctl) -> TeardownRunOut:
+    return await c.run_teardown()
