@@ -119,6 +119,13 @@ def _body_limit(request: Request, settings: Settings) -> int:
 
 
 def install(app: FastAPI, settings: Settings) -> None:
+    """The app's edges: Host and body checks with security headers, errors as JSON, its own /docs."""
+    _install_edges(app, settings)
+    _install_errors(app)
+    _install_docs(app)
+
+
+def _install_edges(app: FastAPI, settings: Settings) -> None:
     hosts = allowed_hosts(settings)
 
     @app.middleware("http")
@@ -137,6 +144,10 @@ def install(app: FastAPI, settings: Settings) -> None:
         if response.headers.get("content-type", "").startswith("text/html"):
             response.headers["Content-Security-Policy"] = CSP
         return response
+
+
+def _install_errors(app: FastAPI) -> None:
+    """Library errors were translated into K25Error where they happen; here each becomes its status."""
 
     @app.exception_handler(K25Error)
     async def _k25_error(request: Request, exc: K25Error) -> JSONResponse:
@@ -158,6 +169,8 @@ def install(app: FastAPI, settings: Settings) -> None:
             headers["Allow"] = ", ".join(_allowed(app, request)) or headers.get("Allow", "")
         return JSONResponse({"detail": str(exc.detail)}, status_code=exc.status_code, headers=headers)
 
+
+def _install_docs(app: FastAPI) -> None:
     def openapi() -> dict[str, Any]:
         """FastAPI's document, with the bearer marked optional on reads (open unless reads_require_token)."""
         if app.openapi_schema is None:

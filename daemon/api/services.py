@@ -149,21 +149,7 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         strays_every_s=s.strays_sample_s,
         maintenance=watch.retention,
     )
-    warmer = Warmer(
-        PageCache(),
-        mem_available=mem_available,
-        reserve=s.warm_reserve_bytes,
-        workers=s.warm_workers,
-        block=s.warm_block_bytes,
-    )
-    warms = WarmService(
-        warmer,
-        recorder,
-        jobs,
-        inventory.current,
-        every_s=s.residency_every_s,
-        always_below=s.warm_always_below,
-    )
+    warms = _warms(s, recorder, jobs, inventory)
     switcher = Switcher(
         profiles=inventory.reload_profiles,
         ports=SwitchPorts(host.systemd, host.journal, host.teardown, host.prober),
@@ -177,19 +163,7 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         warm=warms.before_start,
     )
     policies = Policies(s, recorder.hub, incidents, switcher)
-    runner = BenchmarkRunner(
-        recorder=recorder, bench_store=BenchStore(store), http=host.bench_http, hardware=_hardware(host.gpus)
-    )
-    benchmarks = Benchmarks(
-        runner=runner,
-        jobs=jobs,
-        recorder=recorder,
-        switcher=switcher,
-        profiles=inventory.reload_profiles,
-        bench_store=runner.bench_store,
-        default_profile=s.default_profile,
-        warm=warms.start,
-    )
+    benchmarks = _benchmarks(s, host, recorder, jobs, inventory, switcher, warms)
     controller = Controller(
         inventory=inventory,
         sampler=sampler,
@@ -205,3 +179,27 @@ async def build(settings: Settings, host: HostPorts) -> Services:
     return Services(
         s, host, store, recorder, inventory, watch, sampler, warms, switcher, policies, controller
     )
+
+
+def _warms(s: Settings, recorder: RunRecorder, jobs: Jobs, inventory: Inventory) -> WarmService:
+    warmer = Warmer(PageCache(), mem_available=mem_available, reserve=s.warm_reserve_bytes,
+                    workers=s.warm_workers, block=s.warm_block_bytes)  # fmt: skip
+    return WarmService(warmer, recorder, jobs, inventory.current, every_s=s.residency_every_s,
+                       always_below=s.warm_always_below)  # fmt: skip
+
+
+def _benchmarks(
+    s: Settings,
+    host: HostPorts,
+    recorder: RunRecorder,
+    jobs: Jobs,
+    inventory: Inventory,
+    switcher: Switcher,
+    warms: WarmService,
+) -> Benchmarks:
+    bench_store = BenchStore(recorder.store)
+    runner = BenchmarkRunner(recorder=recorder, bench_store=bench_store, http=host.bench_http,
+                             hardware=_hardware(host.gpus))  # fmt: skip
+    return Benchmarks(runner=runner, jobs=jobs, recorder=recorder, switcher=switcher,
+                      profiles=inventory.reload_profiles, bench_store=bench_store,
+                      default_profile=s.default_profile, warm=warms.start)  # fmt: skip

@@ -12,7 +12,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.applications import Starlette
@@ -20,6 +19,7 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route
 
+from daemon.core.jsontypes import RequestBody
 from daemon.engines import sglang as sg
 from daemon.engines import vllm as vl
 
@@ -114,132 +114,20 @@ class Stats:
 
 
 def build_app(cfg: FakeConfig, started: float, announce_ready: Callable[[], None]) -> Starlette:
-    stats = Stats(cfg)
-    hang = asyncio.Event()  # never set: the deadlock fault
-
-    async def health(_: Request) -> Response:
-        warm = time.monotonic() - started >= cfg.warmup_s
-        if cfg.flavor == "sglang" and not warm:
-            return Response(status_code=503)
-        return Response(status_code=200)
-
-    async def models(_: Request) -> Response:
-        return JSONResponse(
-            {"object": "list", "data": [{"id": cfg.model, "object": "model", "owned_by": "fake"}]}
-        )
-
-    async def metrics(_: Request) -> Response:
-        return Response(generate_latest(stats.registry), media_type="text/plain; version=0.0.4")
-
-    async def version(_: Request) -> Response:
-        return JSONResponse({"version": FAKE_VERSION})
-
-    async def server_info(_: Request) -> Response:
-        length = stats.tokens / stats.steps if stats.steps else None
-        state = {
-            "avg_spec_accept_length": length if cfg.spec_tokens else None,
-            "last_gen_throughput": cfg.rate,
-        }
-        return JSONResponse({"version": FAKE_VERSION, "internal_states": [state]})
-
-    async def tokens(max_tokens: int) -> AsyncIterator[int]:
-        stats.started += 1
-        if cfg.deadlock or (cfg.hang_after is not None and stats.started > cfg.hang_after):
-            await hang.wait()
-        produced, began = 0, time.monotonic()
-        while produced < max_tokens:
-            n = stats.step(max_tokens - produced)
-            # The simulated decode time of this step, paced against the request's start so that sleep
-            # overshoot does not add up: the stream runs at `rate` tokens/s.
-            await asyncio.sleep(max(0.0, began + (produced + n) / cfg.rate - time.monotonic()))
-            produced += n
-            stats.gen.inc(n)
-            yield n
-
-    async def complete(request: Request) -> Response:
-        body: dict[str, Any] = await request.json()
-        chat = request.url.path.endswith("/chat/completions")
-        max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
-        prompt = body.get("prompt") or json.dumps(body.get("messages", ""))
-        prompt_tokens = max(1, len(str(prompt).split()))
-        stats.prompt.inc(prompt_tokens)
-        rid = f"cmpl-{uuid.uuid4().hex[:12]}"
-        obj = "chat.completion.chunk" if chat else "text_completion"
-
-        def chunk(text: str | None, finish: str | None = None, role: bool = False) -> dict[str, Any]:
-            choice: dict[str, Any] = {"index": 0, "finish_reason": finish}
-            if chat:
-                choice["delta"] = {"role": "assistant", "content": ""} if role else {"content": text or ""}
-            else:
-                choice["text"] = text or ""
-            out: dict[str, Any] = {"id": rid, "object": obj, "created": int(time.time()), "model": cfg.model}
-            out["choices"] = [choice]
-            if cfg.flavor == "sglang":
-                out["usage"] = None  # SGLang sends null on non-final chunks; vLLM omits the key
-            return out
-
-        def usage(n: int) -> dict[str, int]:
-            return {"prompt_tokens": prompt_tokens, "completion_tokens": n, "total_tokens": prompt_tokens + n}
-
-        options = body.get("stream_options") or {}
-        continuous = bool(options.get("include_usage") and options.get("continuous_usage_stats"))
-
-        async def stream() -> AsyncIterator[bytes]:
-            began = last = time.monotonic()
-            stats.running.inc()
-            produced = 0
-            try:
-                if chat and cfg.flavor == "sglang":
-                    yield f"data: {json.dumps(chunk(None, role=True))}\n\n".encode()
-                async for n in tokens(max_tokens):
-                    now = time.monotonic()
-                    (stats.ttft if produced == 0 else stats.itl).observe(
-                        now - (began if produced == 0 else last)
-                    )
-                    last = now
-                    produced += n
-                    finish = "length" if produced >= max_tokens else None
-                    out = chunk(" tok" * n, finish)
-                    if continuous:  # usage on every chunk: the client learns each chunk's tokens
-                        out["usage"] = usage(produced)
-                    yield f"data: {json.dumps(out)}\n\n".encode()
-                if options.get("include_usage"):
-                    final = {
-                        "id": rid,
-                        "object": obj,
-                        "model": cfg.model,
-                        "choices": [],
-                        "usage": usage(produced),
-                    }
-                    yield f"data: {json.dumps(final)}\n\n".encode()
-                yield b"data: [DONE]\n\n"
-            finally:
-                stats.running.dec()
-                stats.e2e.observe(time.monotonic() - began)
-                _count_request(stats, cfg)
-
-        if body.get("stream"):
-            return StreamingResponse(stream(), media_type="text/event-stream")
-        produced = 0
-        async for n in tokens(max_tokens):
-            produced += n
-        _count_request(stats, cfg)
-        text = " tok" * produced
-        choice = {"index": 0, "finish_reason": "length"}
-        choice |= {"message": {"role": "assistant", "content": text}} if chat else {"text": text}
-        resp = {"id": rid, "object": "chat.completion" if chat else "text_completion", "model": cfg.model}
-        return JSONResponse(resp | {"choices": [choice], "usage": usage(produced)})
-
+    server = _FakeServer(cfg, started)
     routes = [
-        Route("/health", health),
-        Route("/v1/models", models),
-        Route("/metrics", metrics),
-        Route("/version", version),
-        Route("/v1/completions", complete, methods=["POST"]),
-        Route("/v1/chat/completions", complete, methods=["POST"]),
+        Route("/health", server.health),
+        Route("/v1/models", server.models),
+        Route("/metrics", server.metrics),
+        Route("/version", server.version),
+        Route("/v1/completions", server.complete, methods=["POST"]),
+        Route("/v1/chat/completions", server.complete, methods=["POST"]),
     ]
     if cfg.flavor == "sglang":
-        routes += [Route(sg.SERVER_INFO_PATH, server_info), Route("/get_server_info", server_info)]
+        routes += [
+            Route(sg.SERVER_INFO_PATH, server.server_info),
+            Route("/get_server_info", server.server_info),
+        ]
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -253,6 +141,146 @@ def build_app(cfg: FakeConfig, started: float, announce_ready: Callable[[], None
             task.cancel()
 
     return Starlette(routes=routes, lifespan=lifespan)
+
+
+class _FakeServer:
+    """The engine's HTTP surface: health, models, metrics, version, server info, completions."""
+
+    def __init__(self, cfg: FakeConfig, started: float) -> None:
+        self.cfg, self.started = cfg, started
+        self.stats = Stats(cfg)
+        self.hang = asyncio.Event()  # never set: the deadlock fault
+
+    async def health(self, _: Request) -> Response:
+        warm = time.monotonic() - self.started >= self.cfg.warmup_s
+        if self.cfg.flavor == "sglang" and not warm:
+            return Response(status_code=503)
+        return Response(status_code=200)
+
+    async def models(self, _: Request) -> Response:
+        model = {"id": self.cfg.model, "object": "model", "owned_by": "fake"}
+        return JSONResponse({"object": "list", "data": [model]})
+
+    async def metrics(self, _: Request) -> Response:
+        return Response(generate_latest(self.stats.registry), media_type="text/plain; version=0.0.4")
+
+    async def version(self, _: Request) -> Response:
+        return JSONResponse({"version": FAKE_VERSION})
+
+    async def server_info(self, _: Request) -> Response:
+        stats = self.stats
+        length = stats.tokens / stats.steps if stats.steps else None
+        state = {
+            "avg_spec_accept_length": length if self.cfg.spec_tokens else None,
+            "last_gen_throughput": self.cfg.rate,
+        }
+        return JSONResponse({"version": FAKE_VERSION, "internal_states": [state]})
+
+    async def tokens(self, max_tokens: int) -> AsyncIterator[int]:
+        cfg, stats = self.cfg, self.stats
+        stats.started += 1
+        if cfg.deadlock or (cfg.hang_after is not None and stats.started > cfg.hang_after):
+            await self.hang.wait()
+        produced, began = 0, time.monotonic()
+        while produced < max_tokens:
+            n = stats.step(max_tokens - produced)
+            # The simulated decode time of this step, paced against the request's start so that sleep
+            # overshoot does not add up: the stream runs at `rate` tokens/s.
+            await asyncio.sleep(max(0.0, began + (produced + n) / cfg.rate - time.monotonic()))
+            produced += n
+            stats.gen.inc(n)
+            yield n
+
+    async def complete(self, request: Request) -> Response:
+        req = _Completion(self, await request.json(), request.url.path.endswith("/chat/completions"))
+        if req.body.get("stream"):
+            return StreamingResponse(req.stream(), media_type="text/event-stream")
+        return JSONResponse(await req.whole())
+
+
+class _Completion:
+    """One completion request, streamed (as the engines send their chunks) or whole."""
+
+    def __init__(self, server: _FakeServer, body: RequestBody, chat: bool) -> None:
+        self.server, self.cfg, self.stats, self.body, self.chat = server, server.cfg, server.stats, body, chat
+        self.max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
+        prompt = body.get("prompt") or json.dumps(body.get("messages", ""))
+        self.prompt_tokens = max(1, len(str(prompt).split()))
+        self.stats.prompt.inc(self.prompt_tokens)
+        self.rid = f"cmpl-{uuid.uuid4().hex[:12]}"
+        self.obj = "chat.completion.chunk" if chat else "text_completion"
+        self.options = body.get("stream_options") or {}
+
+    def chunk(self, text: str | None, finish: str | None = None, role: bool = False) -> RequestBody:
+        choice: RequestBody = {"index": 0, "finish_reason": finish}
+        if self.chat:
+            choice["delta"] = {"role": "assistant", "content": ""} if role else {"content": text or ""}
+        else:
+            choice["text"] = text or ""
+        out: RequestBody = {
+            "id": self.rid,
+            "object": self.obj,
+            "created": int(time.time()),
+            "model": self.cfg.model,
+        }
+        out["choices"] = [choice]
+        if self.cfg.flavor == "sglang":
+            out["usage"] = None  # SGLang sends null on non-final chunks; vLLM omits the key
+        return out
+
+    def usage(self, n: int) -> dict[str, int]:
+        return {
+            "prompt_tokens": self.prompt_tokens,
+            "completion_tokens": n,
+            "total_tokens": self.prompt_tokens + n,
+        }
+
+    async def stream(self) -> AsyncIterator[bytes]:
+        stats = self.stats
+        began = time.monotonic()
+        stats.running.inc()
+        try:
+            if self.chat and self.cfg.flavor == "sglang":
+                yield f"data: {json.dumps(self.chunk(None, role=True))}\n\n".encode()
+            produced = 0
+            async for n, out in self._chunks(began):
+                produced = n
+                yield f"data: {json.dumps(out)}\n\n".encode()
+            if self.options.get("include_usage"):
+                final = {"id": self.rid, "object": self.obj, "model": self.cfg.model, "choices": [],
+                         "usage": self.usage(produced)}  # fmt: skip
+                yield f"data: {json.dumps(final)}\n\n".encode()
+            yield b"data: [DONE]\n\n"
+        finally:
+            stats.running.dec()
+            stats.e2e.observe(time.monotonic() - began)
+            _count_request(stats, self.cfg)
+
+    async def _chunks(self, began: float) -> AsyncIterator[tuple[int, RequestBody]]:
+        """Each decode step's chunk with the tokens produced so far (TTFT and ITL observed as they go)."""
+        continuous = bool(self.options.get("include_usage") and self.options.get("continuous_usage_stats"))
+        last, produced = began, 0
+        async for n in self.server.tokens(self.max_tokens):
+            now = time.monotonic()
+            (self.stats.ttft if produced == 0 else self.stats.itl).observe(now - last)
+            last = now
+            produced += n
+            out = self.chunk(" tok" * n, "length" if produced >= self.max_tokens else None)
+            if continuous:  # usage on every chunk: the client learns each chunk's tokens
+                out["usage"] = self.usage(produced)
+            yield produced, out
+
+    async def whole(self) -> RequestBody:
+        produced = 0
+        async for n in self.server.tokens(self.max_tokens):
+            produced += n
+        _count_request(self.stats, self.cfg)
+        text = " tok" * produced
+        choice: RequestBody = {"index": 0, "finish_reason": "length"}
+        choice |= {"message": {"role": "assistant", "content": text}} if self.chat else {"text": text}
+        kind = "chat.completion" if self.chat else "text_completion"
+        resp = {"id": self.rid, "object": kind, "model": self.cfg.model}
+        return resp | {"choices": [choice], "usage": self.usage(produced)}
 
 
 def _count_request(stats: Stats, cfg: FakeConfig) -> None:

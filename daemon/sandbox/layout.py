@@ -113,23 +113,9 @@ def fake_engine_profile(
     """A profile served by the fake engine (an ordinary profile: engine vllm or sglang plus `command`).
     `weights`: the model folder, read by the engine as a lazy mmap loader does."""
     model = weights or models / "Kimi-K2.5-INT4"
-    command = [
-        sys.executable,
-        "-m",
-        "daemon.sandbox.fake_engine",
-        "--flavor",
-        flavor,
-        "--port",
-        str(port),
-        "--served-model-name",
-        "kimi-k2.5",
-        "--model",
-        str(model),
-        "--load-seconds",
-        str(load_seconds),
-        "--rate",
-        str(rate),
-    ]
+    command = [sys.executable, "-m", "daemon.sandbox.fake_engine", "--flavor", flavor, "--port", str(port),
+               "--served-model-name", "kimi-k2.5", "--model", str(model), "--load-seconds", str(load_seconds),
+               "--rate", str(rate)]  # fmt: skip
     if spec:
         command += ["--spec-tokens", str(int(spec["k"])), "--acceptance", str(spec["acceptance"])]
     if weights is not None:

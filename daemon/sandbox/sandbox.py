@@ -166,38 +166,17 @@ def up(
     root = Path(tempfile.mkdtemp(prefix="sbx-", dir=SANDBOX_HOME))
     name = root.name
     port = port or free_port()
+    engine_ports: dict[str, int] = {}
     if fresh_host:
         write_base_units(root / "units")
-        engine_ports: dict[str, int] = {}
     else:
-        engine_ports = write_tree(
-            root, port=port, extra_profiles=profiles, load_seconds=load_seconds, settings=settings,
-            binds=binds,
-        )  # fmt: skip
+        engine_ports = write_tree(root, port=port, extra_profiles=profiles, load_seconds=load_seconds,
+                                  settings=settings, binds=binds)  # fmt: skip
     cgroups = plan_cgroups(name)
     script = _boot_script(root, cgroups, fresh_host=fresh_host)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(str(root / "notify.sock"))
-    log = (root / "boot.log").open("wb")
-    unshare = subprocess.Popen(
-        [
-            "unshare",
-            "--pid",
-            "--fork",
-            "--mount",
-            "--uts",
-            "--ipc",
-            "--mount-proc",
-            "--propagation",
-            "private",
-            str(script),
-        ],
-        stdin=subprocess.DEVNULL,
-        stdout=log,
-        stderr=subprocess.STDOUT,
-        start_new_session=True,
-    )
-    log.close()
+    unshare = _unshare(script, root / "boot.log")
     info = None
     try:
         _wait_ready(sock, unshare, within_s)
@@ -219,24 +198,37 @@ def up(
             engine_ports=engine_ports,
         )
         (root / "sandbox.json").write_text(json.dumps(asdict(info), indent=2))
-        if fresh_host:
-            return info
-        state = subprocess.run(
-            info.inside(["systemctl", "is-active", "k25-ctl.service"]), capture_output=True, text=True
-        )
-        if state.stdout.strip() != "active":
-            journal = subprocess.run(
-                info.inside(["journalctl", "-u", "k25-ctl.service", "--no-pager", "-n", "40"]),
-                capture_output=True,
-                text=True,
-            )
-            raise K25Error(f"k25-ctl.service did not start in the sandbox:\n{journal.stdout}")
+        if not fresh_host:
+            _check_daemon(info)
         return info
     except BaseException:
         _destroy(root, unshare.pid, info.pid if info else None, cgroups)
         raise
     finally:
         sock.close()
+
+
+def _unshare(script: Path, log_path: Path) -> subprocess.Popen[bytes]:
+    """The sandbox's systemd in its own PID, mount, UTS and IPC namespaces (DESIGN.md: the sandbox)."""
+    argv = ["unshare", "--pid", "--fork", "--mount", "--uts", "--ipc", "--mount-proc", "--propagation",
+            "private", str(script)]  # fmt: skip
+    with log_path.open("wb") as log:
+        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                start_new_session=True)  # fmt: skip
+
+
+def _check_daemon(info: SandboxInfo) -> None:
+    """k25-ctl.service came up in the sandbox, or its journal says why not."""
+    state = subprocess.run(
+        info.inside(["systemctl", "is-active", "k25-ctl.service"]), capture_output=True, text=True
+    )
+    if state.stdout.strip() != "active":
+        journal = subprocess.run(
+            info.inside(["journalctl", "-u", "k25-ctl.service", "--no-pager", "-n", "40"]),
+            capture_output=True,
+            text=True,
+        )
+        raise K25Error(f"k25-ctl.service did not start in the sandbox:\n{journal.stdout}")
 
 
 def _namespace_pids(pid_ns: str, mnt_ns: str) -> list[int]:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Awaitable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -17,7 +17,7 @@ from daemon.core.run_types import Phase
 from daemon.engines.base import Engine, LogEvent, LogKind, Readiness, ignore_patterns
 from daemon.engines.client import EnginePort, ProbeFailed, ProbeProgress
 from daemon.engines.load_stages import LoadStages
-from daemon.host.journal import JournalPort
+from daemon.host.journal import JournalPort, JournalRecord
 from daemon.host.systemd import SystemdPort, UnitState
 
 HEALTH_RETRY_S = 1.0  # health is asked again this often where no log line announces HTTP (custom engines)
@@ -65,83 +65,110 @@ async def bring_up(
     start: bool = True,
 ) -> BringUp:
     """`start=False`: the unit already runs (a daemon restart cut the switch short): follow it instead."""
-    ignore = ignore_patterns(profile)
-    seen = BringUp()
-    http_up = asyncio.Event()
-    logged_up = asyncio.Event()  # the journal has reached the engine's "HTTP up" line
-    start_done = asyncio.Event()  # down states before the start job ended are the previous run's
-    began = time.monotonic()
-
+    run = _Run(profile, engine, systemd, prober, events)
+    # Both followers subscribe before the start: no line and no state change falls in between.
     async with journal.follow(profile.unit) as records, systemd.watch(profile.unit) as states:
-        stages = LoadStages(engine)  # each completed stage goes to events.stage (the run keeps them)
-
-        async def read_journal() -> None:
-            async for rec in records:
-                if (stage := stages.feed(rec.message, rec.timestamp)) is not None:
-                    await events.stage(stage, stages.stages[stage])
-                ev = engine.classify_line(rec.message, ignore)
-                if ev is None:
-                    continue
-                if ev.kind is LogKind.PROGRESS:
-                    if ev.percent != seen.last_percent:
-                        seen.last_percent = ev.percent
-                        await events.progress(ev)
-                elif ev.kind is LogKind.READY:
-                    http_up.set()
-                    logged_up.set()
-                elif ev.kind is LogKind.ERROR:
-                    seen.errors = [*seen.errors[-(ERRORS_KEPT - 1) :], ev.line]
-
-        async def watch_unit() -> UnitState:
-            async for st in states:
-                if start_done.is_set() and st.is_down:
-                    return st
-            raise BringUpFailed("the unit's state stream ended", seen.errors)
-
-        async def ask_health() -> None:
-            while not http_up.is_set():
-                if await prober.health(profile, engine) is not None:
-                    http_up.set()
-                    return
-                await asyncio.sleep(HEALTH_RETRY_S)
-
-        tasks = [asyncio.create_task(read_journal()), asyncio.create_task(ask_health())]
-        unit_down = asyncio.create_task(watch_unit())
+        tasks = [asyncio.create_task(run.read_journal(records)), asyncio.create_task(run.ask_health())]
+        unit_down = asyncio.create_task(run.watch_unit(states))
         try:
-            if start:
-                await events.phase(Phase.START, profile.unit)
-                outcome = await systemd.start(profile.unit, within_s=start_timeout_s)
-                if not outcome.ok:
-                    raise BringUpFailed(
-                        f"systemd could not start {profile.unit}: job {outcome.job_result}", seen.errors
-                    )
-            start_done.set()
-            now = await systemd.state(profile.unit)
-            if now.is_down:  # it died before the stream could tell: a crash right at exec
-                raise BringUpFailed(
-                    f"{profile.unit} exited right after its start ({now.result}, "
-                    f"status {now.exec_main_status})",
-                    seen.errors,
-                )
-            how = "started" if start else "followed after a daemon restart"
-            await events.phase(Phase.LOADING, f"{profile.unit} {how} (main PID {now.main_pid})")
-            await _first(http_up.wait(), unit_down, profile.load_timeout_s, Phase.LOADING, profile, seen)
-            seen.load_seconds = time.monotonic() - began
-            await events.phase(
-                Phase.PROBING, f"HTTP up after {seen.load_seconds:.1f}s", load_seconds=seen.load_seconds
-            )
-            probe = _probe(profile, engine, prober, seen.probe, events)
-            await _first(probe, unit_down, profile.probe_timeout_s, Phase.PROBING, profile, seen)
-            if engine.ready_res:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(logged_up.wait(), JOURNAL_CATCHUP_S)
+            await run.start(start, start_timeout_s)
+            await run.until_ready(unit_down)
         finally:
             for t in (*tasks, unit_down):
                 t.cancel()
             for t in (*tasks, unit_down):
                 with contextlib.suppress(asyncio.CancelledError, Exception):
                     await t
-    return seen
+    return run.seen
+
+
+class _Run:
+    """One bring-up: its followers (journal, unit state, health) and its steps (start, load, probe)."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        engine: Engine,
+        systemd: SystemdPort,
+        prober: EnginePort,
+        events: BringUpEvents,
+    ) -> None:
+        self.profile, self.engine, self.systemd, self.prober, self.events = (
+            profile,
+            engine,
+            systemd,
+            prober,
+            events,
+        )
+        self.seen = BringUp()
+        self.http_up = asyncio.Event()
+        self.logged_up = asyncio.Event()  # the journal has reached the engine's "HTTP up" line
+        self.start_done = asyncio.Event()  # down states before the start job ended are the previous run's
+        self.began = time.monotonic()
+
+    async def read_journal(self, records: AsyncIterator[JournalRecord]) -> None:
+        ignore = ignore_patterns(self.profile)
+        stages = LoadStages(self.engine)  # each completed stage goes to events.stage (the run keeps them)
+        async for rec in records:
+            if (stage := stages.feed(rec.message, rec.timestamp)) is not None:
+                await self.events.stage(stage, stages.stages[stage])
+            ev = self.engine.classify_line(rec.message, ignore)
+            if ev is not None:
+                await self._line(ev)
+
+    async def _line(self, ev: LogEvent) -> None:
+        if ev.kind is LogKind.PROGRESS:
+            if ev.percent != self.seen.last_percent:
+                self.seen.last_percent = ev.percent
+                await self.events.progress(ev)
+        elif ev.kind is LogKind.READY:
+            self.http_up.set()
+            self.logged_up.set()
+        elif ev.kind is LogKind.ERROR:
+            self.seen.errors = [*self.seen.errors[-(ERRORS_KEPT - 1) :], ev.line]
+
+    async def watch_unit(self, states: AsyncIterator[UnitState]) -> UnitState:
+        async for st in states:
+            if self.start_done.is_set() and st.is_down:
+                return st
+        raise BringUpFailed("the unit's state stream ended", self.seen.errors)
+
+    async def ask_health(self) -> None:
+        while not self.http_up.is_set():
+            if await self.prober.health(self.profile, self.engine) is not None:
+                self.http_up.set()
+                return
+            await asyncio.sleep(HEALTH_RETRY_S)
+
+    async def start(self, start: bool, within_s: float) -> None:
+        unit = self.profile.unit
+        if start:
+            await self.events.phase(Phase.START, unit)
+            outcome = await self.systemd.start(unit, within_s=within_s)
+            if not outcome.ok:
+                raise BringUpFailed(
+                    f"systemd could not start {unit}: job {outcome.job_result}", self.seen.errors
+                )
+        self.start_done.set()
+        now = await self.systemd.state(unit)
+        if now.is_down:  # it died before the stream could tell: a crash right at exec
+            why = f"{unit} exited right after its start ({now.result}, status {now.exec_main_status})"
+            raise BringUpFailed(why, self.seen.errors)
+        how = "started" if start else "followed after a daemon restart"
+        await self.events.phase(Phase.LOADING, f"{unit} {how} (main PID {now.main_pid})")
+
+    async def until_ready(self, unit_down: asyncio.Task[UnitState]) -> None:
+        p, seen = self.profile, self.seen
+        await _first(self.http_up.wait(), unit_down, p.load_timeout_s, Phase.LOADING, p, seen)
+        seen.load_seconds = time.monotonic() - self.began
+        await self.events.phase(
+            Phase.PROBING, f"HTTP up after {seen.load_seconds:.1f}s", load_seconds=seen.load_seconds
+        )
+        probe = _probe(p, self.engine, self.prober, seen.probe, self.events)
+        await _first(probe, unit_down, p.probe_timeout_s, Phase.PROBING, p, seen)
+        if self.engine.ready_res:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.logged_up.wait(), JOURNAL_CATCHUP_S)
 
 
 async def _probe(
