@@ -4,11 +4,11 @@
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Any
 
 from pydantic import BaseModel, Field
 
 from daemon.api.schemas import Out, SafeArgv, SafeOptionalText
+from daemon.core.jsontypes import RequestRow, StoredJson, VllmSummary
 
 
 class ProvenanceOut(Out):
@@ -29,15 +29,11 @@ class ProvenanceOut(Out):
     k25_ctl_version: str | None = None
 
 
-# JSON boundary: objects keyed as `vllm bench serve --save-result` writes them (vLLM's names, not ours).
-VllmResultJson = dict[str, Any]
-
-
 class BenchmarkLevelOut(BaseModel):
     concurrency: int | None
     request_rate: float | None
-    summary: dict[str, Any]
-    requests: list[dict[str, Any]] | None = None  # with ?requests=true
+    summary: VllmSummary
+    requests: list[RequestRow] | None = None  # with ?requests=true
 
 
 class BenchmarkOut(BaseModel):
@@ -50,7 +46,7 @@ class BenchmarkOut(BaseModel):
     error: SafeOptionalText
     experiment_run_id: int | None = None
     repeat: int = 0
-    spec: dict[str, Any] | None = None  # None while it runs (stored at its end)
+    spec: StoredJson | None = None  # None while it runs (stored at its end)
     spec_hash: str | None = None
     prompt_hash: str | None = None
     provenance: ProvenanceOut | None = None
@@ -61,6 +57,23 @@ class BenchmarkOut(BaseModel):
     levels: list[BenchmarkLevelOut] = []
 
 
+class StepOut(BaseModel):
+    """One profile of an experiment: its switch, its benchmarks and how each ended."""
+
+    profile: str
+    switch_run_id: int | None = None
+    benchmark_run_ids: list[int] = []
+    outcomes: list[str] = []
+    error: str | None = None
+
+
+class RestoreOut(BaseModel):
+    profile: str
+    switch_run_id: int | None = None
+    ok: bool = False
+    error: str | None = None
+
+
 class ExperimentOut(BaseModel):
     run_id: int
     outcome: str
@@ -68,9 +81,9 @@ class ExperimentOut(BaseModel):
     started_at: datetime
     ended_at: datetime | None
     error: SafeOptionalText
-    request: dict[str, Any]
-    steps: list[dict[str, Any]]
-    restore: dict[str, Any] | None = None
+    request: StoredJson  # as posted, with the profile it restores to
+    steps: list[StepOut]
+    restore: RestoreOut | None = None
 
 
 class CompareRowOut(BaseModel):
@@ -88,7 +101,7 @@ class CompareRowOut(BaseModel):
     noise: float | None
     noise_assumed: bool
     verdict: str | None  # baseline | faster | slower | within noise
-    levels: list[dict[str, Any]]
+    levels: list[VllmSummary]
     latency_ms: dict[str, dict[str, float | None]]
     provenance: ProvenanceOut
 

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import asdict
-from typing import Any
+from datetime import datetime
+from typing import TypedDict
 
 from daemon.api.bench_schemas import (
     BenchmarkLevelOut,
@@ -13,12 +14,15 @@ from daemon.api.bench_schemas import (
     CompareOut,
     ExperimentOut,
     ProvenanceOut,
+    RestoreOut,
+    StepOut,
 )
 from daemon.api.schemas import AcceptedOut
 from daemon.benchmark.compare import Measured, compare
 from daemon.benchmark.experiments import Benchmarks, ExperimentRequest
 from daemon.benchmark.spec import BenchmarkSpec
 from daemon.core.errors import NotFound
+from daemon.core.jsontypes import VllmSummary
 from daemon.core.run_types import Outcome, RunKind
 from daemon.store.bench import BenchmarkView, ExperimentView, unpack
 from daemon.store.models import Run
@@ -48,7 +52,7 @@ class BenchController:
         views = await asyncio.to_thread(self.bench_store.recent, profile=profile, limit=limit)
         return [bench_out(v, requests=False) for v in views]
 
-    async def export(self, run_id: int) -> list[dict[str, Any]]:
+    async def export(self, run_id: int) -> list[VllmSummary]:
         """One JSON object per level, keyed as `vllm bench serve --save-result` writes them."""
         out = await self.benchmark(run_id, requests=False)
         prov = out.provenance or ProvenanceOut()
@@ -98,15 +102,20 @@ class BenchController:
         return CompareOut.model_validate(asdict(result))
 
 
-def _run_fields(r: Run) -> dict[str, Any]:
-    return {
-        "run_id": r.id or 0,
-        "outcome": r.outcome,
-        "phase": r.phase,
-        "started_at": r.started_at,
-        "ended_at": r.ended_at,
-        "error": r.error,
-    }
+class RunFields(TypedDict):
+    """What a benchmark's or experiment's answer takes from its run."""
+
+    run_id: int
+    outcome: str
+    phase: str
+    started_at: datetime
+    ended_at: datetime | None
+    error: str | None
+
+
+def _run_fields(r: Run) -> RunFields:
+    return RunFields(run_id=r.id or 0, outcome=r.outcome, phase=r.phase, started_at=r.started_at,
+                     ended_at=r.ended_at, error=r.error)  # fmt: skip
 
 
 def bench_out(v: BenchmarkView, *, requests: bool) -> BenchmarkOut:
@@ -140,6 +149,6 @@ def experiment_out(e: ExperimentView) -> ExperimentOut:
     return ExperimentOut(
         **_run_fields(e.run),
         request=e.request,
-        steps=e.record.get("steps", []),
-        restore=e.record.get("restore"),
+        steps=[StepOut.model_validate(s) for s in e.record.get("steps", [])],
+        restore=RestoreOut.model_validate(r) if (r := e.record.get("restore")) else None,
     )

@@ -8,7 +8,6 @@ import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from typing import Any
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -20,6 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.routing import BaseRoute, Match
 
 from daemon.core.errors import K25Error
+from daemon.core.jsontypes import ForeignJson
 from daemon.core.settings import Settings
 
 log = logging.getLogger("k25.api")
@@ -171,7 +171,7 @@ def _install_errors(app: FastAPI) -> None:
 
 
 def _install_docs(app: FastAPI) -> None:
-    def openapi() -> dict[str, Any]:
+    def openapi() -> ForeignJson:
         """FastAPI's document, with the bearer marked optional on reads (open unless reads_require_token)."""
         if app.openapi_schema is None:
             spec = get_openapi(title=app.title, version=app.version, summary=app.summary, routes=app.routes)

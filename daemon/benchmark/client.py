@@ -9,18 +9,18 @@ import random
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
 from daemon.benchmark.metrics import RequestRecord, Status, StreamReader
+from daemon.core.jsontypes import RequestBody
 
 
 @dataclass(frozen=True)
 class Request:
     url: str
-    body: dict[str, Any]
+    body: RequestBody
 
 
 @dataclass

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from typing import Any
+
+from daemon.core.jsontypes import StoredJson, VllmSummary
 
 # With a single run per side there is no spread to measure: assume this much (and say so).
 ASSUMED_NOISE = 0.05
@@ -24,8 +25,31 @@ class Measured:
     prompt_hash: str
     gpu_key: str
     experiment_run_id: int | None
-    levels: list[dict[str, Any]]  # summaries, in level order
-    provenance: dict[str, Any]
+    levels: list[VllmSummary]  # in level order
+    provenance: StoredJson
+
+
+@dataclass
+class Row:
+    """One profile in the comparison: its latest benchmark (with its repeats) and the verdict."""
+
+    profile: str
+    run_ids: list[int]
+    repeats: int
+    output_throughput: float | None
+    throughput_cv: float | None
+    decode_tok_s: float | None
+    acceptance_length: float | None
+    acceptance_rate: float | None
+    normalized_rate: float | None
+    other_traffic: bool
+    levels: list[VllmSummary]  # each level's shape and throughput
+    provenance: StoredJson
+    latency_ms: dict[str, dict[str, float | None]]
+    speedup: float | None = None
+    noise: float | None = None
+    noise_assumed: bool = False
+    verdict: str | None = None  # baseline | faster | slower | within noise
 
 
 @dataclass
@@ -35,7 +59,7 @@ class Comparison:
     prompt_hash: str | None
     gpu_key: str | None
     metric: str
-    rows: list[dict[str, Any]] = field(default_factory=list)
+    rows: list[Row] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
 
@@ -65,7 +89,7 @@ def _group(latest: Measured, all_rows: list[Measured]) -> list[Measured]:
     ]
 
 
-def _row(profile: str, group: list[Measured]) -> dict[str, Any]:
+def _row(profile: str, group: list[Measured]) -> Row:
     first = [m.levels[0] for m in group if m.levels]
     thr = [float(s["output_throughput"]) for s in first]
     newest = group[0]
@@ -74,27 +98,27 @@ def _row(profile: str, group: list[Measured]) -> dict[str, Any]:
     def avg(key: str) -> float | None:
         return _mean([float(s[key]) for s in first if s.get(key) is not None])
 
-    row: dict[str, Any] = {
-        "profile": profile,
-        "run_ids": [m.run_id for m in group],
-        "repeats": len(group),
-        "output_throughput": _mean(thr),
-        "throughput_cv": _cv(thr),
-        "decode_tok_s": avg("mean_decode_tok_s"),
-        "acceptance_length": avg("acceptance_length"),
-        "acceptance_rate": avg("acceptance_rate"),
-        "normalized_rate": avg("normalized_rate"),
-        "other_traffic": any(s.get("other_traffic") for s in first),
-        "levels": [
+    return Row(
+        profile=profile,
+        run_ids=[m.run_id for m in group],
+        repeats=len(group),
+        output_throughput=_mean(thr),
+        throughput_cv=_cv(thr),
+        decode_tok_s=avg("mean_decode_tok_s"),
+        acceptance_length=avg("acceptance_length"),
+        acceptance_rate=avg("acceptance_rate"),
+        normalized_rate=avg("normalized_rate"),
+        other_traffic=any(s.get("other_traffic") for s in first),
+        levels=[
             {k: s.get(k) for k in ("max_concurrency", "request_rate", "output_throughput")}
             for s in newest.levels
         ],
-        "provenance": {k: newest.provenance.get(k) for k in PROVENANCE},
-    }
-    row["latency_ms"] = {
-        name: {stat: s0.get(f"{stat}_{name}_ms") for stat in ("mean", "median", "p99")} for name in LATENCIES
-    }
-    return row
+        provenance={k: newest.provenance.get(k) for k in PROVENANCE},
+        latency_ms={
+            name: {stat: s0.get(f"{stat}_{name}_ms") for stat in ("mean", "median", "p99")}
+            for name in LATENCIES
+        },
+    )
 
 
 def compare(rows: list[Measured], *, baseline: str, spec_hash: str | None = None) -> Comparison:
@@ -139,25 +163,25 @@ def compare(rows: list[Measured], *, baseline: str, spec_hash: str | None = None
         out.notes.append(f"baseline {baseline!r} has no benchmark of this spec: no speedups")
     for profile, m in sorted(latest.items(), key=lambda kv: (kv[0] != baseline, kv[0])):
         row = _row(profile, _group(m, rows))
-        row |= _verdict(row, base)
+        _verdict(row, base)
         out.rows.append(row)
-    if any(r["noise_assumed"] for r in out.rows if r.get("speedup") is not None):
+    if any(r.noise_assumed for r in out.rows if r.speedup is not None):
         out.notes.append(
             f"single runs have no measured spread: noise assumed {ASSUMED_NOISE:.0%} (use repeats)"
         )
     return out
 
 
-def _verdict(row: dict[str, Any], base: dict[str, Any] | None) -> dict[str, Any]:
-    none = {"speedup": None, "noise": None, "noise_assumed": False, "verdict": None}
-    if base is None or not base.get("output_throughput") or row.get("output_throughput") is None:
-        return none
-    speedup = row["output_throughput"] / base["output_throughput"]
-    cvs = [c for c in (row["throughput_cv"], base["throughput_cv"]) if c is not None]
-    assumed = len(cvs) < 2 and row["profile"] != base["profile"]
+def _verdict(row: Row, base: Row | None) -> None:
+    """The row's speedup over the baseline, the noise it is judged against, and the verdict."""
+    if base is None or not base.output_throughput or row.output_throughput is None:
+        return
+    speedup = row.output_throughput / base.output_throughput
+    cvs = [c for c in (row.throughput_cv, base.throughput_cv) if c is not None]
+    assumed = len(cvs) < 2 and row.profile != base.profile
     # Two standard errors of the ratio, from both sides' repeats; assumed when a side has one run.
     noise = ASSUMED_NOISE if assumed else max(NOISE_FLOOR, 2 * math.sqrt(sum(c * c for c in cvs)))
-    if row["profile"] == base["profile"]:
+    if row.profile == base.profile:
         verdict = "baseline"
     elif speedup > 1 + noise:
         verdict = "faster"
@@ -165,4 +189,4 @@ def _verdict(row: dict[str, Any], base: dict[str, Any] | None) -> dict[str, Any]
         verdict = "slower"
     else:
         verdict = "within noise"
-    return {"speedup": speedup, "noise": noise, "noise_assumed": assumed, "verdict": verdict}
+    row.speedup, row.noise, row.noise_assumed, row.verdict = speedup, noise, assumed, verdict

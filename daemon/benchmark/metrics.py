@@ -21,6 +21,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from daemon.core.jsontypes import RequestRow, VllmSummary
+
 PERCENTILES = (90, 95, 99)
 
 
@@ -61,7 +63,7 @@ class RequestRecord:
             times.append(times[-1] + g)
         return times
 
-    def to_row(self) -> dict[str, Any]:
+    def to_row(self) -> RequestRow:
         return {
             "i": self.index, "sent": round(self.sent, 6), "status": self.status, "error": self.error,
             "in": self.prompt_tokens, "out": self.output_tokens, "usage": self.tokens_from_usage,
@@ -194,7 +196,7 @@ def itl_per_token(r: RequestRecord) -> tuple[list[float], bool]:
     return [g / max(per_chunk, 1e-9) for g in r.gaps], True
 
 
-def summarize(records: list[RequestRecord], duration: float) -> dict[str, Any]:
+def summarize(records: list[RequestRecord], duration: float) -> VllmSummary:
     """One level's aggregates with `vllm bench serve`'s key names (and k25-ctl's extras)."""
     done = [r for r in records if r.ok]
     n_out = sum(r.output_tokens for r in done)
@@ -215,7 +217,7 @@ def summarize(records: list[RequestRecord], duration: float) -> dict[str, Any]:
         split = split or evenly
     decode = [1.0 / t for t in tpot if t > 0]
     failures = Counter(r.status for r in records if not r.ok)
-    out: dict[str, Any] = {
+    out: VllmSummary = {
         "duration": duration,
         "completed": len(done),
         "failed": len(records) - len(done),

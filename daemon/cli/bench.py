@@ -10,7 +10,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from daemon.cli.client import Client
+from daemon.cli.client import ApiJson, Client
 from daemon.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from daemon.cli.remote import bar, client, emit
 from daemon.core.errors import InvalidInput
@@ -54,8 +54,8 @@ def read_prompts(path: Path) -> list[str]:
     return prompts
 
 
-def spec(args: argparse.Namespace) -> dict[str, Any]:
-    out: dict[str, Any] = {
+def spec(args: argparse.Namespace) -> ApiJson:
+    out: ApiJson = {
         "concurrency": _numbers(args.concurrency, int),
         "num_prompts": args.requests,
         "max_tokens": args.max_tokens,
@@ -99,7 +99,7 @@ def follow(c: Client, run_id: int, *, as_json: bool, indent: str = "  ") -> str:
         if experiment and e["phase"] == "measuring" and not e.get("final"):
             for child in _new_benchmarks(c, run_id, followed):
                 follow(c, child, as_json=as_json, indent=indent + "  ")
-    run: dict[str, Any] = c.get(f"/runs/{run_id}")
+    run: ApiJson = c.get(f"/runs/{run_id}")
     if not as_json:
         print(
             f"{indent[:-2]}run {run_id}: {run['outcome']}" + (f"\n{run['error']}" if run.get("error") else "")
@@ -109,7 +109,7 @@ def follow(c: Client, run_id: int, *, as_json: bool, indent: str = "  ") -> str:
 
 def _new_benchmarks(c: Client, run_id: int, followed: set[int]) -> list[int]:
     """The experiment's benchmark runs not followed yet, oldest first."""
-    runs: list[dict[str, Any]] = c.get("/runs", parent=run_id, limit=1000)
+    runs: list[ApiJson] = c.get("/runs", parent=run_id, limit=1000)
     new = sorted(r["id"] for r in runs if r["kind"] == "benchmark" and r["id"] not in followed)
     followed.update(new)
     return new

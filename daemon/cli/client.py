@@ -11,6 +11,10 @@ import httpx
 
 from daemon.core.settings import Settings
 
+# A JSON object of k25-ctl's REST API as the CLI reads it: the daemon's schemas are the contract, and the
+# CLI may talk to a daemon of another version, so it reads only the keys it shows.
+ApiJson = dict[str, Any]
+
 
 class ApiError(Exception):
     def __init__(self, status: int, detail: str) -> None:
@@ -54,7 +58,7 @@ class Client:
         r = self.http.post(path, params=params, json=body)
         return r.status_code, self._check(r)
 
-    def events(self, path: str) -> Iterator[dict[str, Any]]:
+    def events(self, path: str) -> Iterator[ApiJson]:
         """The data of each server-sent event, as it arrives."""
         with self.http.stream("GET", path, timeout=httpx.Timeout(30.0, read=None)) as r:
             if r.status_code >= 400:

@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import httpx
 
-from daemon.cli.client import ApiError
+from daemon.cli.client import ApiError, ApiJson
 from daemon.core.errors import K25Error
 from daemon.core.settings import load_settings
 from daemon.engines import engine_for
@@ -115,7 +115,7 @@ def _cmd_teardown(args: argparse.Namespace) -> int:
     return EXIT_OK if not data["refused"] else EXIT_BUSY
 
 
-def format_plan(plan: dict[str, Any]) -> str:
+def format_plan(plan: ApiJson) -> str:
     """A teardown plan (as JSON) for people: who gets which signal and why, who is spared, which files go."""
     lines = [f"victims ({len(plan['victims'])}): SIGTERM, then SIGKILL after the grace period"]
     for v in plan["victims"]:

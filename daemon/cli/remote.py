@@ -7,7 +7,7 @@ import json
 import sys
 from typing import Any
 
-from daemon.cli.client import ApiError, Client, daemon_url, read_token
+from daemon.cli.client import ApiError, ApiJson, Client, daemon_url, read_token
 from daemon.cli.exit_codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from daemon.core.settings import load_settings
 
@@ -84,7 +84,7 @@ def follow(c: Client, run_id: int, *, as_json: bool, success: str = "active") ->
     return EXIT_OK if final == success else EXIT_FAILED
 
 
-def _started(c: Client, args: argparse.Namespace, body: dict[str, Any], success: str) -> int:
+def _started(c: Client, args: argparse.Namespace, body: ApiJson, success: str) -> int:
     run_id = body["run_id"]
     if not args.wait:
         emit(args, body, f"run {run_id} started (k25-ctl run {run_id}; k25-ctl cancel {run_id})")
@@ -141,8 +141,8 @@ def cancel(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def remote_plan(args: argparse.Namespace) -> dict[str, Any]:
-    plan: dict[str, Any] = client(args).get("/teardown/plan")
+def remote_plan(args: argparse.Namespace) -> ApiJson:
+    plan: ApiJson = client(args).get("/teardown/plan")
     return plan
 
 

@@ -14,3 +14,6 @@ RequestBody = dict[str, Any]
 # An object stored as JSON text in the runs database (a request as posted, a spec, a report) and returned
 # as it was stored.
 StoredJson = dict[str, Any]
+# A JSON object another program answered or wrote: an engine's /server_info, a journald entry (journalctl
+# -o json), FastAPI's OpenAPI document.
+ForeignJson = dict[str, Any]

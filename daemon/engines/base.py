@@ -9,7 +9,9 @@ from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from daemon.core.jsontypes import RequestBody
 
 # The safetensors loader's tqdm bar, printed by both engines' rank 0:
 # `{desc}: {percentage:3.0f}% Completed | {n}/{total} [...]`, with or without a `(Worker pid=..)` prefix.
@@ -195,7 +197,7 @@ class Engine(ABC):
             return Readiness.HEALTHY
         return Readiness.WARMING
 
-    def probe_request(self, profile: Profile) -> tuple[str, dict[str, Any]]:
+    def probe_request(self, profile: Profile) -> tuple[str, RequestBody]:
         """One small streamed completion: ready means it finishes in time."""
         body = {
             "model": profile.served_model_name or profile.model,
@@ -215,9 +217,9 @@ class Engine(ABC):
         temperature: float,
         ignore_eos: bool,
         chat: bool,
-    ) -> tuple[str, dict[str, Any]]:
+    ) -> tuple[str, RequestBody]:
         """One benchmark request: streamed, usage on every chunk (tokens per chunk) and at the end."""
-        body: dict[str, Any] = {
+        body: RequestBody = {
             "model": profile.served_model_name or profile.model,
             "max_tokens": max_tokens,
             "temperature": temperature,

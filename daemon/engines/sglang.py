@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
+from daemon.core.jsontypes import ForeignJson
 from daemon.engines.base import (
     COMMON_SHM_PATTERNS,
     Engine,
@@ -159,7 +160,7 @@ class SglangEngine(Engine):
         return replace(snap, server_accept_length=length)
 
     @staticmethod
-    def server_accept_length(server_info: dict[str, Any]) -> float | None:
+    def server_accept_length(server_info: ForeignJson) -> float | None:
         """Lifetime mean accept length from /server_info (`internal_states[i].avg_spec_accept_length`)."""
         states = server_info.get("internal_states") or []
         values = [

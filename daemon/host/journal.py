@@ -8,7 +8,9 @@ import json
 from collections.abc import AsyncIterator, Sequence
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
+
+from daemon.core.jsontypes import ForeignJson
 
 
 @dataclass(frozen=True)
@@ -31,7 +33,7 @@ class JournalPort(Protocol):
 
 def parse_record(line: bytes | str, unit: str) -> JournalRecord | None:
     try:
-        entry: dict[str, Any] = json.loads(line)
+        entry: ForeignJson = json.loads(line)
     except ValueError:
         return None
     message = entry.get("MESSAGE", "")

@@ -10,8 +10,8 @@ import secrets
 import shutil
 import socket
 import sys
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
@@ -38,12 +38,23 @@ TARGETS = (
 GPU_COUNT = 8
 ENGINE_STOP_TIMEOUT_S = 3  # a SIGTERM-ignoring fake engine is SIGKILLed by systemd after this
 
+
 # The stock sandbox profiles: the real deployment's three, served by the fake engine.
-SANDBOX_PROFILES: dict[str, dict[str, Any]] = {
-    "baseline": {"flavor": "vllm", "unit": "vllm-kimi-k25-int4.service", "rate": 82.5},
-    "vllm-eagle3": {"flavor": "vllm", "rate": 54.6, "spec": {"k": 3, "acceptance": 0.15}},
+@dataclass(frozen=True)
+class FakeServing:
+    """How the fake engine serves a stock profile: flavor, token rate, drafts (k, acceptance)."""
+
+    flavor: str
+    rate: float
+    spec: dict[str, float] | None = None
+    unit: str | None = None
+
+
+SANDBOX_PROFILES = {
+    "baseline": FakeServing("vllm", 82.5, unit="vllm-kimi-k25-int4.service"),
+    "vllm-eagle3": FakeServing("vllm", 54.6, {"k": 3, "acceptance": 0.15}),
     # 1.8x the baseline, accept length 1 + 3 x 0.6 = 2.8
-    "sglang-eagle3": {"flavor": "sglang", "rate": 148.5, "spec": {"k": 3, "acceptance": 0.6}},
+    "sglang-eagle3": FakeServing("sglang", 148.5, {"k": 3, "acceptance": 0.6}),
 }
 
 
@@ -176,11 +187,12 @@ def write_tree(
     os.write(fd, secrets.token_urlsafe(32).encode() + b"\n")
     os.close(fd)
     ports = {}
-    for name, spec in SANDBOX_PROFILES.items():
+    for name, fake in SANDBOX_PROFILES.items():
         ports[name] = free_port()
         text = fake_engine_profile(
-            name, port=ports[name], models=root / "models", load_seconds=load_seconds, **spec
-        )
+            name, port=ports[name], models=root / "models", load_seconds=load_seconds,
+            flavor=fake.flavor, rate=fake.rate, spec=fake.spec, unit=fake.unit,
+        )  # fmt: skip
         (etc / "profiles.d" / f"{name}.toml").write_text(text)
     if extra_profiles is not None:
         for f in sorted(extra_profiles.glob("*.toml")):

@@ -12,6 +12,7 @@ from sqlalchemy.orm import QueryableAttribute, defer
 from sqlmodel import col, select
 from sqlmodel.sql.expression import SelectOfScalar
 
+from daemon.core.jsontypes import RequestRow, StoredJson, VllmSummary
 from daemon.store.models import Benchmark, BenchmarkLevel, Experiment, Run
 from daemon.store.queries import Store
 
@@ -20,11 +21,8 @@ from daemon.store.queries import Store
 class LevelRow:
     concurrency: int | None
     request_rate: float | None
-    summary: dict[str, Any]
-    requests: list[dict[str, Any]]
-
-
-Json = dict[str, Any]  # a stored JSON object (vLLM's summary keys, a spec, provenance) as the API returns it
+    summary: VllmSummary
+    requests: list[RequestRow]
 
 
 @dataclass(frozen=True)
@@ -36,15 +34,15 @@ class BenchmarkView:
     levels: list[BenchmarkLevel]
 
     @property
-    def spec(self) -> Json:
+    def spec(self) -> StoredJson:
         return _object(self.bench.spec)
 
     @property
-    def provenance(self) -> Json:
+    def provenance(self) -> StoredJson:
         return _object(self.bench.provenance)
 
     @property
-    def summaries(self) -> list[Json]:
+    def summaries(self) -> list[VllmSummary]:
         return [_object(lv.summary) for lv in self.levels]
 
 
@@ -53,21 +51,21 @@ class ExperimentView:
     """An experiment's request and its steps record (what the experiment stored), decoded."""
 
     run: Run
-    request: Json
-    record: Json
+    request: StoredJson
+    record: StoredJson
 
 
-def _object(text: str | None) -> Json:
+def _object(text: str | None) -> StoredJson:
     value = json.loads(text) if text else {}
     return value if isinstance(value, dict) else {}
 
 
-def pack(rows: list[dict[str, Any]]) -> bytes:
+def pack(rows: list[RequestRow]) -> bytes:
     return zlib.compress(json.dumps(rows, separators=(",", ":")).encode(), 6)
 
 
-def unpack(blob: bytes) -> list[dict[str, Any]]:
-    rows: list[dict[str, Any]] = json.loads(zlib.decompress(blob))
+def unpack(blob: bytes) -> list[RequestRow]:
+    rows: list[RequestRow] = json.loads(zlib.decompress(blob))
     return rows
 
 
@@ -119,12 +117,12 @@ class BenchStore:
                 by_bench.setdefault(lv.benchmark_id, []).append(lv)
             return [BenchmarkView(b, r, by_bench.get(b.id or 0, [])) for b, r in rows]
 
-    def create_experiment(self, *, run_id: int, request: dict[str, Any]) -> None:
+    def create_experiment(self, *, run_id: int, request: StoredJson) -> None:
         with self.store.session() as s:
             s.add(Experiment(run_id=run_id, request=json.dumps(request)))
             s.commit()
 
-    def set_steps(self, *, run_id: int, steps: dict[str, Any]) -> None:
+    def set_steps(self, *, run_id: int, steps: StoredJson) -> None:
         with self.store.session() as s:
             exp = s.exec(select(Experiment).where(Experiment.run_id == run_id)).first()
             if exp is None:

@@ -8,13 +8,13 @@ import threading
 from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
 
 from sqlalchemy import Engine, func
 from sqlalchemy.exc import SQLAlchemyError
 from sqlmodel import Session, col, select
 
 from daemon.core.errors import StoreError
+from daemon.core.jsontypes import StoredJson
 from daemon.core.run_types import FINAL_OUTCOMES, NewRun, Outcome, Phase, Progress, RunKind
 from daemon.store.db import healthy, make_engine, move_aside, private, upgrade
 from daemon.store.models import Run, RunEvent, TeardownRecord, utcnow
@@ -164,7 +164,7 @@ class Store:
                             self._summary.switch_seconds[run.profile] = seconds
             return _id(event.id)
 
-    def save_teardown(self, *, run_id: int | None, ok: bool, report: dict[str, Any]) -> int:
+    def save_teardown(self, *, run_id: int | None, ok: bool, report: StoredJson) -> int:
         with self.session() as s:
             rec = TeardownRecord(run_id=run_id, ok=ok, report=json.dumps(report, default=str))
             s.add(rec)

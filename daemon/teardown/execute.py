@@ -10,14 +10,14 @@ import signal
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
-from typing import Any
 
 from daemon.core.errors import Refused
+from daemon.core.jsontypes import StoredJson
 from daemon.host.gpu import GpuInfo, GpuUnavailable, GpuView
 from daemon.host.procs import ProcessView
 from daemon.host.shm import ShmView
 from daemon.host.signals import ProcessControl, ProcHandle
-from daemon.teardown.plan import Snapshot, TeardownPlan, TeardownPolicy, Victim, plan, plan_shm
+from daemon.teardown.plan import Snapshot, Spared, TeardownPlan, TeardownPolicy, Victim, plan, plan_shm
 
 
 @dataclass
@@ -41,16 +41,16 @@ class GpuCheck:
     used_mib: int
     limit_mib: int
     pids: list[int]
+    clean: bool = field(init=False)  # no compute process, memory back to the idle baseline
 
-    @property
-    def clean(self) -> bool:
-        return not self.pids and self.used_mib <= self.limit_mib
+    def __post_init__(self) -> None:
+        self.clean = not self.pids and self.used_mib <= self.limit_mib
 
 
 @dataclass
 class VerifyResult:
     ok: bool
-    gpus: list[dict[str, Any]]
+    gpus: list[GpuCheck]
     samples: int
     seconds: float
     message: str
@@ -59,20 +59,19 @@ class VerifyResult:
 @dataclass
 class TeardownReport:
     processes: list[ProcessOutcome] = field(default_factory=list)
-    spared: list[dict[str, Any]] = field(default_factory=list)
+    spared: list[Spared] = field(default_factory=list)
     shm_removed: list[str] = field(default_factory=list)
     shm_kept: list[dict[str, str]] = field(default_factory=list)
     steps: dict[str, float] = field(default_factory=dict)
     needs_reset: list[ProcessOutcome] = field(default_factory=list)
     verify: VerifyResult | None = None
-    refused: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
 
     @property
     def ok(self) -> bool:
         return self.error is None and not self.needs_reset and (self.verify is None or self.verify.ok)
 
-    def to_dict(self) -> dict[str, Any]:
+    def to_dict(self) -> StoredJson:  # stored with the run as JSON
         return asdict(self) | {"ok": self.ok}
 
 
@@ -86,7 +85,7 @@ async def execute(
 ) -> TeardownReport:
     """SIGTERM to every victim; orphaned engine processes get SIGKILL after `orphan_grace_s` (a real
     orphaned EngineCore ignores SIGTERM), the rest after `term_grace_s`; then wait for the kills."""
-    report = TeardownReport(spared=[asdict(s) for s in p.spared])
+    report = TeardownReport(spared=list(p.spared))
     orphan_grace = min(term_grace_s, orphan_grace_s if orphan_grace_s is not None else term_grace_s)
     outcomes = {v.pid: _outcome(v, orphan_grace if v.orphan else term_grace_s) for v in p.victims}
     report.processes = list(outcomes.values())
@@ -195,15 +194,13 @@ async def verify(
         streak = streak + 1 if all(c.clean for c in checks) else 0
         elapsed = time.monotonic() - began
         if streak >= samples:
-            return VerifyResult(
-                True, [asdict(c) | {"clean": True} for c in checks], reads, elapsed, "GPUs clean"
-            )
+            return VerifyResult(True, checks, reads, elapsed, "GPUs clean")
         if elapsed >= within_s:
             dirty = [c for c in checks if not c.clean]
             msg = "; ".join(
                 f"GPU {c.index}: {c.used_mib} MiB used (limit {c.limit_mib}), pids {c.pids}" for c in dirty
             )
-            return VerifyResult(False, [asdict(c) | {"clean": c.clean} for c in checks], reads, elapsed, msg)
+            return VerifyResult(False, checks, reads, elapsed, msg)
         await asyncio.sleep(interval_s)  # the sampling period; see the docstring
 
 

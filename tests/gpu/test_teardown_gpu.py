@@ -82,8 +82,8 @@ def test_per_gpu_verification(nvml: NvmlGpus, holders: Holders, tmp_path: Path) 
     report = asyncio.run(teardown.run((0, 1)))
     assert report.ok, report.error
     assert report.verify is not None
-    assert [g["index"] for g in report.verify.gpus] == [0, 1]
-    assert all(g["clean"] for g in report.verify.gpus)
+    assert [g.index for g in report.verify.gpus] == [0, 1]
+    assert all(g.clean for g in report.verify.gpus)
     print("per-GPU verify:", report.verify.gpus, f"{report.steps['total_s']:.3f}s")
 
 

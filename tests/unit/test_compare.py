@@ -26,27 +26,27 @@ def test_repeats_give_the_noise_and_the_verdicts() -> None:
         m("baseline", 82.0, exp=1), m("baseline", 83.0, exp=1),
     ]  # fmt: skip
     c = compare(rows, baseline="baseline")
-    by = {r["profile"]: r for r in c.rows}
-    assert next(r["profile"] for r in c.rows) == "baseline"
-    assert by["baseline"]["verdict"] == "baseline"
-    assert by["baseline"]["speedup"] == 1.0
-    assert (by["fast"]["verdict"], by["slow"]["verdict"], by["same"]["verdict"]) == (
+    by = {r.profile: r for r in c.rows}
+    assert next(r.profile for r in c.rows) == "baseline"
+    assert by["baseline"].verdict == "baseline"
+    assert by["baseline"].speedup == 1.0
+    assert (by["fast"].verdict, by["slow"].verdict, by["same"].verdict) == (
         "faster",
         "slower",
         "within noise",
     )
-    assert by["fast"]["speedup"] == pytest.approx(149.0 / 82.5)
-    assert by["slow"]["repeats"] == 2
-    assert by["slow"]["acceptance_length"] == 1.45
-    assert not by["fast"]["noise_assumed"]
-    assert by["fast"]["noise"] < ASSUMED_NOISE
+    assert by["fast"].speedup == pytest.approx(149.0 / 82.5)
+    assert by["slow"].repeats == 2
+    assert by["slow"].acceptance_length == 1.45
+    assert not by["fast"].noise_assumed
+    assert (by["fast"].noise or 1.0) < ASSUMED_NOISE
     assert c.notes == []
 
 
 def test_single_runs_assume_noise_and_say_so() -> None:
     c = compare([m("a", 84.0), m("baseline", 82.0)], baseline="baseline")
-    a = next(r for r in c.rows if r["profile"] == "a")
-    assert (a["verdict"], a["noise"], a["noise_assumed"]) == ("within noise", ASSUMED_NOISE, True)
+    a = next(r for r in c.rows if r.profile == "a")
+    assert (a.verdict, a.noise, a.noise_assumed) == ("within noise", ASSUMED_NOISE, True)
     assert any("assumed 5%" in n for n in c.notes)
 
 
@@ -54,13 +54,13 @@ def test_only_like_with_like() -> None:
     rows = [m("other-spec", 200.0, spec="s2"), m("other-gpus", 200.0, gpus="8x A100"),
             m("other-prompts", 200.0, prompts="p2"), m("ok", 100.0), m("baseline", 80.0)]  # fmt: skip
     c = compare(rows, baseline="baseline")
-    assert {r["profile"] for r in c.rows} == {"ok", "baseline"}
+    assert {r.profile for r in c.rows} == {"ok", "baseline"}
     assert len(c.notes) == 4  # three left out, and the assumed noise
     assert any(n.startswith("other-spec: benchmarked with other spec") for n in c.notes)
     assert any(n.startswith("other-gpus: benchmarked with other GPUs") for n in c.notes)
     # Asking for the other spec compares that one instead.
     c2 = compare(rows, baseline="baseline", spec_hash="s2")
-    assert [r["profile"] for r in c2.rows] == ["other-spec"]
+    assert [r.profile for r in c2.rows] == ["other-spec"]
     assert "baseline 'baseline' has no benchmark of this spec: no speedups" in c2.notes
 
 

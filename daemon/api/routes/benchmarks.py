@@ -6,11 +6,12 @@ from typing import Annotated
 
 from fastapi import Query, Response
 
-from daemon.api.bench_schemas import BenchmarkOut, CompareOut, ExperimentOut, VllmResultJson
+from daemon.api.bench_schemas import BenchmarkOut, CompareOut, ExperimentOut
 from daemon.api.routes.common import ACCEPTED, Ctl, Limit, RunId, located, reads, writes
 from daemon.api.schemas import AcceptedOut
 from daemon.benchmark.experiments import ExperimentRequest
 from daemon.benchmark.spec import BenchmarkSpec
+from daemon.core.jsontypes import VllmSummary
 
 read = reads("benchmarks")
 write = writes("benchmarks")
@@ -32,7 +33,7 @@ async def benchmark(run_id: RunId, c: Ctl, requests: bool = False) -> BenchmarkO
 
 
 @read.get("/benchmarks/{run_id}/export")
-async def export_benchmark(run_id: RunId, c: Ctl) -> list[VllmResultJson]:
+async def export_benchmark(run_id: RunId, c: Ctl) -> list[VllmSummary]:
     """The levels as `vllm bench serve --save-result` JSON objects (for existing plotting scripts)."""
     return await c.bench.export(run_id)
 

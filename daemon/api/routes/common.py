@@ -3,7 +3,7 @@ documented in OpenAPI, and the Location header of an accepted run."""
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Depends, Query, Request, Response, Security
 from fastapi import Path as ApiPath
@@ -12,6 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from daemon.api import auth
 from daemon.api.controller import Controller
 from daemon.api.schemas import AcceptedOut, ErrorOut, RunOut
+from daemon.core.jsontypes import ForeignJson
 
 
 def controller(request: Request) -> Controller:
@@ -34,7 +35,7 @@ def read_access(request: Request) -> None:
         auth.check(request, request.app.state.token)
 
 
-Responses = dict[int | str, dict[str, Any]]  # FastAPI's `responses=` shape (OpenAPI objects)
+Responses = dict[int | str, ForeignJson]  # FastAPI's `responses=` shape (OpenAPI objects)
 
 
 def _errors(*codes: int) -> Responses:
