@@ -8,6 +8,7 @@ from datetime import datetime
 from pydantic import BaseModel, Field
 
 from daemon.api.schemas import Out, SafeArgv, SafeOptionalText
+from daemon.benchmark.compare import Row
 from daemon.core.jsontypes import RequestRow, StoredJson, VllmSummary
 
 
@@ -86,31 +87,11 @@ class ExperimentOut(BaseModel):
     restore: RestoreOut | None = None
 
 
-class CompareRowOut(BaseModel):
-    profile: str
-    run_ids: list[int]
-    repeats: int
-    output_throughput: float | None
-    throughput_cv: float | None
-    decode_tok_s: float | None
-    acceptance_length: float | None
-    acceptance_rate: float | None
-    normalized_rate: float | None
-    other_traffic: bool
-    speedup: float | None
-    noise: float | None
-    noise_assumed: bool
-    verdict: str | None  # baseline | faster | slower | within noise
-    levels: list[VllmSummary]
-    latency_ms: dict[str, dict[str, float | None]]
-    provenance: ProvenanceOut
-
-
 class CompareOut(BaseModel):
     baseline: str
     spec_hash: str | None
     prompt_hash: str | None
     gpu_key: str | None
     metric: str
-    rows: list[CompareRowOut]
+    rows: list[Row]  # the comparison's own rows (benchmark/compare.py)
     notes: list[str]

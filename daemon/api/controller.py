@@ -18,6 +18,7 @@ from daemon.api.schemas import (
     ProfileOut,
     ProgressOut,
     ReloadOut,
+    ResidencyOut,
     RunEventOut,
     RunMetricsOut,
     RunOut,
@@ -40,7 +41,7 @@ from daemon.runs.recorder import HostAfter, RunRecorder
 from daemon.serving.watch import ServingWatch
 from daemon.status.exporter import K25Collector
 from daemon.status.exporter import render as render_metrics
-from daemon.status.inventory import Inventory
+from daemon.status.inventory import Inventory, ProfileEntry
 from daemon.status.sampler import HostSampler
 from daemon.store.queries import RunView, Store
 from daemon.switching.transaction import Switcher
@@ -97,7 +98,7 @@ class Controller:
     async def profiles(self) -> list[ProfileOut]:
         units = await self.inventory.unit_states(self.watch.unit_states)
         infos = self.inventory.profile_list(units, self.warms.residency())
-        return [ProfileOut.model_validate(i, from_attributes=True) for i in infos]
+        return [profile_out(e) for e in infos]
 
     async def profile(self, name: str) -> ProfileOut:
         for p in await self.profiles():
@@ -233,4 +234,28 @@ def run_out(view: RunView, *, details: bool) -> RunOut:
         ]
         if details
         else None,
+    )
+
+
+def profile_out(e: ProfileEntry) -> ProfileOut:
+    if e.loaded is None:
+        return ProfileOut(name=e.name, valid=False, file=e.file, error=e.error)
+    p = e.loaded.profile
+    return ProfileOut(
+        name=e.name,
+        valid=True,
+        file=e.file,
+        description=p.description,
+        engine=p.engine,
+        unit=p.unit,
+        model=p.model,
+        port=p.port,
+        gpus=p.gpus,
+        speculative=p.speculative,
+        argv=e.argv,
+        sha256=e.loaded.sha256,
+        unit_state=UnitStateOut.model_validate(e.unit_state) if e.unit_state else None,
+        default=e.default,
+        warm=p.warm,
+        residency=ResidencyOut.model_validate(e.residency) if e.residency else None,
     )

@@ -8,7 +8,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 
 import httpx
 
@@ -17,7 +17,7 @@ from daemon.benchmark.client import LevelResult, Request, run_level
 from daemon.benchmark.metrics import RequestRecord, summarize
 from daemon.benchmark.prompts import base_prompts, new_salt, prompt_set_hash, salted
 from daemon.benchmark.spec import BenchmarkSpec
-from daemon.core.jsontypes import RequestBody, VllmSummary
+from daemon.core.jsontypes import RequestBody, StoredJson, VllmSummary
 from daemon.core.profiles import LoadedProfile
 from daemon.core.run_types import Outcome, Phase, Progress
 from daemon.engines import engine_for
@@ -127,7 +127,7 @@ class BenchmarkRunner:
         client = self.http(max((lv.concurrency or spec.num_prompts) for lv in levels), spec.request_timeout_s)
         bench = _Benchmark(self.recorder, run_id, spec, target, engine, client, say)
         outcome, error = Outcome.OK, None
-        provenance: Provenance | None = None
+        provenance: StoredJson | None = None
         try:
             provenance = await self._provenance(client, spec, target, engine)
             bench.prepare()
@@ -153,7 +153,7 @@ class BenchmarkRunner:
         run_id: int,
         spec: BenchmarkSpec,
         target: Target,
-        provenance: Provenance | None,
+        provenance: StoredJson | None,
         out: Outcomes,
         experiment_run_id: int | None,
         repeat: int,
@@ -168,8 +168,8 @@ class BenchmarkRunner:
             spec=spec.model_dump_json(),
             spec_hash=spec.digest(),
             prompt_hash=prompt_set_hash(spec),
-            provenance=json.dumps(asdict(provenance) if provenance else {}),
-            gpu_key=provenance.gpu_key() if provenance else "",
+            provenance=json.dumps(provenance or {}),
+            gpu_key=_gpu_key(provenance or {}),
             output_throughput=first.get("output_throughput"),
             acceptance_length=first.get("acceptance_length"),
             acceptance_rate=first.get("acceptance_rate"),
@@ -179,7 +179,8 @@ class BenchmarkRunner:
 
     async def _provenance(
         self, client: httpx.AsyncClient, spec: BenchmarkSpec, target: Target, engine: Engine
-    ) -> Provenance:
+    ) -> StoredJson:
+        """What produced the numbers (stored with them; GET /benchmarks shows it as `provenance`)."""
         p = target.lp.profile
         version = None
         if path := engine.version_path():
@@ -189,48 +190,28 @@ class BenchmarkRunner:
             except httpx.HTTPError:
                 version = None
         names, driver = await asyncio.to_thread(self.hardware, list(p.gpus))
-        return Provenance(
-            profile=p.name,
-            profile_sha256=target.profile_sha256,
-            argv=target.argv,
-            serving_run_id=target.serving_run_id,
-            engine=engine.name,
-            engine_version=version,
-            model=p.model,
-            served_model_name=p.served_model_name,
-            drafter=p.speculative.draft_model if p.speculative else None,
-            gpus=list(p.gpus),
-            gpu_names=names,
-            driver=driver,
-            spec_hash=spec.digest(),
-            prompt_hash=prompt_set_hash(spec),
-            k25_ctl_version=__version__,
-        )
+        return {
+            "profile": p.name,
+            "profile_sha256": target.profile_sha256,
+            "argv": target.argv,
+            "serving_run_id": target.serving_run_id,
+            "engine": engine.name,
+            "engine_version": version,
+            "model": p.model,
+            "served_model_name": p.served_model_name,
+            "drafter": p.speculative.draft_model if p.speculative else None,
+            "gpus": list(p.gpus),
+            "gpu_names": names,
+            "driver": driver,
+            "spec_hash": spec.digest(),
+            "prompt_hash": prompt_set_hash(spec),
+            "k25_ctl_version": __version__,
+        }
 
 
-@dataclass(frozen=True)
-class Provenance:
-    """What produced a benchmark's numbers (stored with it as JSON; GET /benchmarks shows it)."""
-
-    profile: str
-    profile_sha256: str | None
-    argv: list[str] | None
-    serving_run_id: int | None
-    engine: str
-    engine_version: str | None
-    model: str
-    served_model_name: str | None
-    drafter: str | None
-    gpus: list[int]
-    gpu_names: list[str]
-    driver: str | None
-    spec_hash: str
-    prompt_hash: str
-    k25_ctl_version: str
-
-    def gpu_key(self) -> str:
-        names = self.gpu_names
-        return f"{len(names)}x " + "+".join(sorted(set(names))) if names else ""
+def _gpu_key(provenance: StoredJson) -> str:
+    names = provenance.get("gpu_names") or []
+    return f"{len(names)}x " + "+".join(sorted(set(names))) if names else ""
 
 
 def _describe(out: Outcomes) -> str:

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from daemon.core.errors import K25Error
-from daemon.core.profiles import ProfileSet, SpeculativeConfig
+from daemon.core.profiles import LoadedProfile, ProfileSet
 from daemon.core.settings import Settings
 from daemon.engines import engine_for
 from daemon.engines.checks import load_checked_profiles
@@ -28,23 +28,17 @@ class UnitInfo:
 
 
 @dataclass(frozen=True)
-class ProfileInfo:
+class ProfileEntry:
+    """A profile as GET /profiles shows it: the loaded file (None when invalid) and what the host knows
+    of it: its rendered argv, its unit's state, how much of its weights is in the page cache."""
+
     name: str
-    valid: bool
     file: str
-    error: str | None = None  # invalid profiles: each problem with its file and key
-    description: str | None = None
-    engine: str | None = None
-    unit: str | None = None
-    model: str | None = None
-    port: int | None = None
-    gpus: list[int] | None = None
-    speculative: SpeculativeConfig | None = None
+    loaded: LoadedProfile | None
+    error: str | None = None  # an invalid profile: each problem with its file and key
     argv: list[str] | None = None
-    sha256: str | None = None
     unit_state: UnitInfo | None = None
     default: bool = False
-    warm: str | None = None
     residency: Residency | None = None
 
 
@@ -93,32 +87,12 @@ class Inventory:
 
     def profile_list(
         self, units: dict[str, UnitInfo], residency: Mapping[str, Residency]
-    ) -> list[ProfileInfo]:
-        out: list[ProfileInfo] = []
-        for n, lp in sorted(self.profiles.valid.items()):
-            p = lp.profile
-            out.append(
-                ProfileInfo(
-                    name=n,
-                    valid=True,
-                    description=p.description,
-                    engine=p.engine,
-                    unit=p.unit,
-                    model=p.model,
-                    port=p.port,
-                    gpus=p.gpus,
-                    speculative=p.speculative,
-                    argv=engine_for(p).argv(p),
-                    file=str(lp.file),
-                    sha256=lp.sha256,
-                    unit_state=units.get(n),
-                    default=n == self._settings.default_profile,
-                    warm=p.warm,
-                    residency=residency.get(n),
-                )
-            )
-        out += [
-            ProfileInfo(name=i.name, valid=False, file=str(i.file), error=str(i))
-            for i in self.profiles.invalid
-        ]
+    ) -> list[ProfileEntry]:
+        default = self._settings.default_profile
+        out = [ProfileEntry(bad.name, str(bad.file), None, str(bad)) for bad in self.profiles.invalid]
+        for n, lp in sorted(self.profiles.valid.items(), reverse=True):
+            argv = engine_for(lp.profile).argv(lp.profile)
+            state, warm = units.get(n), residency.get(n)
+            entry = ProfileEntry(n, str(lp.file), lp, None, argv, state, n == default, warm)
+            out.insert(0, entry)
         return out
