@@ -3,6 +3,7 @@ switch to a `warm = "on-switch"` profile whose engine (a lazy mmap loader) then 
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 from daemon.host.pagecache import evict, resident_bytes
@@ -60,7 +61,11 @@ def test_an_on_switch_warm_lets_the_engine_read_from_the_cache(api: Api, sandbox
     inside(sandbox, "journalctl", "--sync")
     journal = inside(sandbox, "journalctl", "--no-pager", "-o", "cat", "-t", "k25-engine-warmable").stdout
     assert journal.strip().splitlines()
-    assert "weights resident at start: 100.0% of 64 MiB" in journal
+    # All of it, but for the few pages the kernel may take back in between on a busy machine (seen: 99.9%);
+    # a start without the warm finds about 0% (the files were evicted above).
+    found = re.search(r"weights resident at start: ([\d.]+)% of 64 MiB", journal)
+    assert found is not None, journal
+    assert float(found.group(1)) >= 99.0, journal
     api.activate("baseline")
 
 
