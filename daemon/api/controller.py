@@ -4,7 +4,6 @@ Routes stay thin; this is where a request becomes service calls and the answer b
 from __future__ import annotations
 
 import asyncio
-import json
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import asdict
 
@@ -148,9 +147,7 @@ class Controller:
         return RunMetricsOut(
             run_id=run_id,
             rows=[
-                MetricRowOut.model_validate(
-                    r.model_dump() | {"per_position": json.loads(r.per_position) if r.per_position else None}
-                )
+                MetricRowOut.model_validate(r.model_dump() | {"per_position": r.per_position_rates})
                 for r in rows
             ],
             live=[LiveSampleOut.model_validate(x) for x in self.watch.live(run_id)],
@@ -229,7 +226,7 @@ def run_out(view: RunView, *, details: bool) -> RunOut:
         else None,
         events=[RunEventOut.model_validate(e) for e in view.events] if details else None,
         teardowns=[
-            TeardownRecordOut(id=t.id or 0, ok=t.ok, report=TeardownReportOut.model_validate_json(t.report))
+            TeardownRecordOut(id=t.id or 0, ok=t.ok, report=TeardownReportOut.model_validate(t.report_data))
             for t in view.teardowns
         ]
         if details

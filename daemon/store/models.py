@@ -3,10 +3,13 @@ traced to what produced it."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 from sqlalchemy import Index, LargeBinary
 from sqlmodel import Column, Field, SQLModel
+
+from daemon.core.jsontypes import StoredJson
 
 
 def utcnow() -> datetime:
@@ -66,6 +69,11 @@ class TeardownRecord(SQLModel, table=True):
     ok: bool
     report: str  # JSON of the TeardownReport
 
+    @property
+    def report_data(self) -> StoredJson:
+        data = json.loads(self.report)
+        return data if isinstance(data, dict) else {}
+
 
 class ServingMetric(SQLModel, table=True):
     """One row per minute of a serving run (compacted to one per hour later): what the engine did."""
@@ -87,6 +95,10 @@ class ServingMetric(SQLModel, table=True):
     acceptance_rate: float | None = None  # the engine's native rate
     acceptance_length: float | None = None
     per_position: str | None = None  # JSON list of per-position acceptance (vLLM)
+
+    @property
+    def per_position_rates(self) -> list[float] | None:
+        return [float(x) for x in json.loads(self.per_position)] if self.per_position else None
 
 
 class Benchmark(SQLModel, table=True):
