@@ -36,8 +36,8 @@ class BenchController:
         self.bench_store = benchmarks.bench_store
         self.store = benchmarks.store
 
-    async def start(self, spec: BenchmarkSpec) -> AcceptedOut:
-        return AcceptedOut(run_id=await self.svc.start(spec))
+    async def start(self, spec: BenchmarkSpec, *, isolate: bool = False) -> AcceptedOut:
+        return AcceptedOut(run_id=await self.svc.start(spec, isolate=isolate))
 
     async def benchmark(self, run_id: int, *, requests: bool) -> BenchmarkOut:
         view = await asyncio.to_thread(self.bench_store.get, run_id=run_id, requests=requests)

@@ -16,6 +16,7 @@ from daemon.api.schemas import (
     MetricRowOut,
     ProfileOut,
     ProgressOut,
+    ReadyOut,
     ReloadOut,
     ResidencyOut,
     RunEventOut,
@@ -23,6 +24,7 @@ from daemon.api.schemas import (
     RunOut,
     StageOut,
     StatusOut,
+    SwitchCostOut,
     TeardownPlanOut,
     TeardownRecordOut,
     TeardownReportOut,
@@ -33,7 +35,7 @@ from daemon.api.schemas import (
 from daemon.core import redact
 from daemon.core.errors import Busy, NotFound
 from daemon.core.hoststate import HostState, StateHub
-from daemon.core.run_types import FINAL_OUTCOMES, NewRun, Outcome, RunEventJson, RunKind
+from daemon.core.run_types import FINAL_OUTCOMES, NewRun, Outcome, Phase, RunEventJson, RunKind
 from daemon.engines.load_stages import segments
 from daemon.runs.jobs import Jobs
 from daemon.runs.recorder import HostAfter, RunRecorder
@@ -69,7 +71,7 @@ class Controller:
         self.store: Store = recorder.store
         self.hub: StateHub = recorder.hub
         self.default_profile = default_profile
-        self.collector = K25Collector(self.hub, self.store, sampler, watch.now)
+        self.collector = K25Collector(self.hub, self.store, sampler, watch.now, recorder.cost)
 
     async def metrics(self) -> bytes:
         return await asyncio.to_thread(render_metrics, self.collector)
@@ -80,6 +82,22 @@ class Controller:
     async def _unit_states(self) -> dict[str, UnitStateOut]:
         states = await self.inventory.unit_states(self.watch.unit_states)
         return {name: UnitStateOut.model_validate(u, from_attributes=True) for name, u in states.items()}
+
+    def ready(self, port: int | None) -> ReadyOut:
+        """For load balancers, from memory: 200 while the host serves and is in rotation (on `port`)."""
+        st = self.hub.status
+        if st.state is HostState.SWITCHING:
+            return ReadyOut(ready=False, reason="draining" if st.phase == Phase.DRAINING else "switching")
+        if st.state is not HostState.ACTIVE:
+            return ReadyOut(ready=False, reason=str(st.state))
+        serving = self.watch.current()
+        where = serving.profile.port if serving is not None else None
+        if why := self.jobs.out_of_rotation():
+            return ReadyOut(ready=False, profile=st.active_profile, port=where, reason=why)
+        if port is not None and port != where:
+            why = f"port {port} is not served (active: {st.active_profile} on {where})"
+            return ReadyOut(ready=False, profile=st.active_profile, port=where, reason=why)
+        return ReadyOut(ready=True, profile=st.active_profile, port=where)
 
     async def status(self) -> StatusOut:
         st = self.hub.status
@@ -110,8 +128,10 @@ class Controller:
         self.watch.follow_units()
         return ReloadOut(valid=sorted(fresh.valid), invalid=[str(p) for p in fresh.invalid])
 
-    async def activate(self, name: str, *, force: bool, wait: bool) -> AcceptedOut | RunOut:
-        run_id = await self.switcher.activate(name, force=force)
+    async def activate(
+        self, name: str, *, force: bool, wait: bool, drain: bool = True
+    ) -> AcceptedOut | RunOut:
+        run_id = await self.switcher.activate(name, force=force, drain=drain)
         if run_id is None:
             return AcceptedOut(run_id=None, detail="already active")
         if wait:
@@ -122,8 +142,8 @@ class Controller:
     async def warm(self, name: str) -> AcceptedOut:
         return AcceptedOut(run_id=await self.warms.start(name))
 
-    async def restore(self, *, wait: bool) -> AcceptedOut | RunOut:
-        return await self.activate(self.default_profile, force=False, wait=wait)
+    async def restore(self, *, wait: bool, drain: bool = True) -> AcceptedOut | RunOut:
+        return await self.activate(self.default_profile, force=False, wait=wait, drain=drain)
 
     async def cancel(self, run_id: int) -> CancelOut:
         self.jobs.cancel(run_id)
@@ -199,7 +219,9 @@ class Controller:
 def run_out(view: RunView, *, details: bool) -> RunOut:
     r = view.run
     stages = view.load_stages
+    cost = SwitchCostOut.model_validate(r) if r.ready_down_at or r.drain_cut is not None else None
     return RunOut(
+        switch_cost=cost,
         id=r.id or 0,
         kind=r.kind,
         profile=r.profile,

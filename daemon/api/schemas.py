@@ -164,6 +164,18 @@ class StageOut(Out):
     seconds: float
 
 
+class SwitchCostOut(Out):
+    """What a switch cost the clients: out of the balancer's rotation (/ready 503) and back, the drain."""
+
+    ready_down_at: datetime | None = None
+    ready_up_at: datetime | None = None
+    downtime_s: float | None = None  # as a balancer saw it (set on the run that brought the host back)
+    drain_s: float | None = None  # None: not drained (--no-drain, --force, drain = false)
+    drain_finished: int | None = None  # requests the engine finished during the drain
+    drain_cut: int | None = None  # requests still in flight at the stop
+    drain_timed_out: bool | None = None
+
+
 class RunOut(Out):
     id: int
     kind: str
@@ -189,6 +201,7 @@ class RunOut(Out):
     load_breakdown: list[StageOut] | None = None  # disjoint pieces of the load, for a stacked bar
     events: list[RunEventOut] | None = None  # None in lists of runs
     teardowns: list[TeardownRecordOut] | None = None
+    switch_cost: SwitchCostOut | None = None  # switches: what the clients saw (None: nothing was served)
 
 
 class MetricRowOut(Out):
@@ -226,6 +239,7 @@ class StatusOut(Out):
     target_profile: str | None
     run_id: int | None
     phase: str | None
+    phase_detail: str | None = None  # a drain: "3 running, 1 waiting"
     progress_percent: int | None
     progress_done: int | None
     progress_total: int | None
@@ -296,6 +310,15 @@ class ReloadOut(Out):
 
 class HealthOut(Out):
     status: str
+
+
+class ReadyOut(Out):
+    """GET /ready: is this host in the balancer's rotation, and if not, why."""
+
+    ready: bool
+    profile: str | None = None  # the profile that serves
+    port: int | None = None  # where it serves
+    reason: str | None = None  # why not: draining, switching, experiment N, idle, failed, ...
 
 
 class ErrorOut(Out):

@@ -31,9 +31,11 @@ from daemon.status.inventory import Inventory
 from daemon.status.sampler import HostSampler
 from daemon.store.bench import BenchStore
 from daemon.store.queries import Store
+from daemon.switching.drain import DrainTimes
 from daemon.switching.launch import write_launch
+from daemon.switching.ports import SwitchPorts
 from daemon.switching.reconcile import reconcile
-from daemon.switching.transaction import Switcher, SwitchPorts
+from daemon.switching.transaction import Switcher
 from daemon.teardown.build import build_gpus, build_teardown
 from daemon.teardown.execute import Teardown
 from daemon.warming.service import WarmService
@@ -160,6 +162,7 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         write_launch=lambda lp, run_id, argv: write_launch(s, lp, run_id=run_id, argv=argv),
         serving=watch,
         jobs=jobs,
+        drain=DrainTimes(s.drain_grace_s, s.drain_timeout_s, s.drain_poll_s),
         warm=warms.before_start,
     )
     policies = Policies(s, recorder.hub, incidents, switcher)

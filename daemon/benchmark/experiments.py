@@ -116,9 +116,10 @@ class Benchmarks:
                 argv, sha = origin.argv, origin.run.profile_sha256 or sha
         return Target(lp, st.serving_run_id, argv, sha)
 
-    async def start(self, spec: BenchmarkSpec) -> int:
-        """A benchmark of the active profile as a run of its own; returns its run id."""
-        with self.jobs.admit(JobKind.BENCHMARK) as slot:
+    async def start(self, spec: BenchmarkSpec, *, isolate: bool = False) -> int:
+        """A benchmark of the active profile as a run of its own; returns its run id. `isolate`: the host is
+        out of the balancer's rotation meanwhile (production traffic would count in its figures)."""
+        with self.jobs.admit(JobKind.BENCHMARK, isolated=isolate) as slot:
             target = await self._target(spec.profile)
             run_id = await self._new_benchmark_run(target, parent=target.serving_run_id)
             say = self._sayer(run_id, f"benchmark run {run_id} of {target.lp.profile.name}")
@@ -144,7 +145,7 @@ class Benchmarks:
                 raise NotFound(f"no valid profile {name!r}")
         if len(set(req.profiles)) != len(req.profiles):
             raise InvalidInput("a profile is listed twice: use repeats")
-        with self.jobs.admit(JobKind.EXPERIMENT) as slot:
+        with self.jobs.admit(JobKind.EXPERIMENT, isolated=True) as slot:  # out of rotation while it runs
             return await self._create_experiment(slot, req)
 
     async def _create_experiment(self, slot: Slot, req: ExperimentRequest) -> int:

@@ -118,7 +118,7 @@ def _new_benchmarks(c: Client, run_id: int, followed: set[int]) -> list[int]:
 def bench(args: argparse.Namespace) -> int:
     c = client(args)
     body = spec(args) | ({"profile": args.profile} if args.profile else {})
-    _, out = c.post("/benchmarks", body)
+    _, out = c.post("/benchmarks", body, isolate=str(args.isolate).lower())
     return _started(c, args, out["run_id"], "benchmark")
 
 
@@ -234,6 +234,7 @@ def _load_options(p: argparse.ArgumentParser) -> None:
 def add_commands(add: Add) -> None:
     p = add("bench", bench, "benchmark the active profile")
     p.add_argument("profile", nargs="?", help="must be the active one (default: whatever is active)")
+    p.add_argument("--isolate", action="store_true", help="out of the balancer's rotation while it runs")
     _load_options(p)
     p = add("experiment", experiment, "switch to each PROFILE, benchmark it, then restore")
     p.add_argument("profiles", nargs="+")

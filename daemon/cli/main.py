@@ -33,7 +33,8 @@ def _cmd_launch(args: argparse.Namespace) -> int:
 def _cmd_check_profiles(args: argparse.Namespace) -> int:
     settings = load_settings()
     directory = args.dir or settings.profiles_path
-    result = load_checked_profiles(directory, check_paths=settings.check_model_paths and not args.no_paths)
+    check_paths = settings.check_model_paths and not args.no_paths
+    result = load_checked_profiles(directory, check_paths=check_paths, service_port=settings.service_port)
     valid = {
         n: {"file": str(lp.file), "argv": engine_for(lp.profile).argv(lp.profile), "unit": lp.profile.unit}
         for n, lp in result.valid.items()
@@ -46,6 +47,9 @@ def _cmd_check_profiles(args: argparse.Namespace) -> int:
             print(f"ok       {name:20} {info['unit']}")
         for line in invalid:
             print(f"INVALID  {line}")
+        if settings.service_port is not None:
+            port = settings.service_port
+            print(f"note: service_port = {port}: every engine listens on it (profiles' own ports overridden)")
     return EXIT_OK if not result.invalid else EXIT_FAILED
 
 
@@ -174,12 +178,14 @@ def _remote_commands(sub: Any) -> None:
     p.add_argument(
         "--wait", action="store_true", help="follow the switch to its end (exit 0 active, 3 failed)"
     )
-    p.add_argument("--force", action="store_true", help="even if PROFILE is already active")
+    p.add_argument("--force", action="store_true", help="even if PROFILE is already active (no drain)")
+    p.add_argument("--no-drain", action="store_true", help="stop the serving engine at once (cuts requests)")
     p = add("warm", r.warm, "read PROFILE's weight files into the page cache")
     p.add_argument("profile")
     p.add_argument("--wait", action="store_true", help="follow it with a progress bar")
     p = add("restore", r.activate, "switch back to the default profile")
     p.add_argument("--wait", action="store_true")
+    p.add_argument("--no-drain", action="store_true", help="stop the serving engine at once (cuts requests)")
     p = add("runs", r.runs, "recent runs")
     p.add_argument("--profile")
     p.add_argument("--limit", type=int, default=20)

@@ -97,7 +97,9 @@ def _started(c: Client, args: argparse.Namespace, body: ApiJson, success: str) -
 def activate(args: argparse.Namespace) -> int:
     c = client(args)
     path = "/restore" if args.command == "restore" else f"/profiles/{args.profile}/activate"
-    params = {} if args.command == "restore" else {"force": str(args.force).lower()}
+    params = {"drain": str(not args.no_drain).lower()}
+    if args.command != "restore":
+        params["force"] = str(args.force).lower()
     _, body = c.post(path, **params)
     if body.get("run_id") is None:
         emit(args, body, "already active: nothing to do")
@@ -128,11 +130,28 @@ def run(args: argparse.Namespace) -> int:
     if r.get("load_breakdown"):
         parts = ", ".join(f"{b['stage']} {b['seconds']:.1f}s" for b in r["load_breakdown"])
         lines.append(f"  load: {parts} (start -> HTTP up {r['load_seconds'] or 0:.1f}s)")
+    if cost := r.get("switch_cost"):
+        lines.append(f"  clients: {describe_cost(cost)}")
     lines += [f"  {e['at'][11:23]} {e['phase']:9} {e['detail'][:160]}" for e in r["events"]]
     if r.get("error"):
         lines.append(f"error:\n{r['error']}")
     emit(args, r, "\n".join(lines))
     return EXIT_OK if r["outcome"] not in FAILED_OUTCOMES else EXIT_FAILED
+
+
+def describe_cost(cost: ApiJson) -> str:
+    """What a switch cost the clients, one line."""
+    parts = []
+    if cost.get("downtime_s") is not None:
+        parts.append(f"out of rotation {cost['downtime_s']:.1f}s")
+    if cost.get("drain_s") is not None:
+        late = " (timed out)" if cost.get("drain_timed_out") else ""
+        parts.append(f"drained {cost['drain_s']:.1f}s{late}, {cost.get('drain_finished') or 0} finished")
+    elif cost.get("drain_cut") is not None:
+        parts.append("not drained")
+    if cost.get("drain_cut") is not None:
+        parts.append(f"{cost['drain_cut']} cut")
+    return ", ".join(parts) or "-"
 
 
 def cancel(args: argparse.Namespace) -> int:

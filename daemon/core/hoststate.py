@@ -40,6 +40,7 @@ class HostStatus:
     target_profile: str | None = None
     run_id: int | None = None
     phase: str | None = None
+    phase_detail: str | None = None  # what the phase is at (a drain: "3 running, 1 waiting")
     progress_percent: int | None = None
     progress_done: int | None = None
     progress_total: int | None = None
@@ -82,13 +83,13 @@ class StateHub:
                      phase=Phase.CREATED, reason=None)  # fmt: skip
         return self._set(_with_progress(st, None))
 
-    def phase(self, phase: Phase, progress: Progress | None) -> HostStatus:
-        return self._set(_with_progress(replace(self.status, phase=phase), progress))
+    def phase(self, phase: Phase, progress: Progress | None, detail: str | None = None) -> HostStatus:
+        return self._set(_with_progress(replace(self.status, phase=phase, phase_detail=detail), progress))
 
     def settle(self, state: HostState, active_profile: str | None, reason: str | None) -> HostStatus:
         """No run in progress any more: no target, no phase, no progress."""
         st = replace(self.status, state=state, active_profile=active_profile, target_profile=None,
-                     run_id=None, phase=None, reason=reason)  # fmt: skip
+                     run_id=None, phase=None, phase_detail=None, reason=reason)  # fmt: skip
         return self._set(_with_progress(st, None))
 
     def health(self, state: HostState, reason: str | None) -> HostStatus:
@@ -181,6 +182,8 @@ def _state_line(st: HostStatus, now: float) -> str:
         return line + (f"; CONFLICT: {', '.join(st.conflicts)} also running" if st.conflicts else "")
     if st.state is HostState.SWITCHING:
         line = f"switching to {st.target_profile}: {st.phase or 'starting'}"
+        if st.phase_detail:
+            line += f" ({st.phase_detail})"
         if st.phase == "loading" and st.progress_percent is not None:
             line += f" {st.progress_percent}% ({st.progress_done}/{st.progress_total})"
         return line

@@ -85,6 +85,8 @@ class Profile(BaseModel):
     # Page-cache warming of the weight files: on-switch (read them while the old engine stops, start the
     # engine once they are in), always (keep them resident: re-warm when residency drops), off.
     warm: WarmMode = WarmMode.OFF
+    # Before this profile's engine is stopped, it drains: out of rotation, then its requests finish.
+    drain: bool = True
 
     @field_validator("name")
     @classmethod
@@ -241,8 +243,14 @@ def parse_profile(
 
 
 def load_profiles(
-    directory: Path, *, check_paths: bool = False, engine_check: EngineCheck | None = None
+    directory: Path,
+    *,
+    check_paths: bool = False,
+    engine_check: EngineCheck | None = None,
+    service_port: int | None = None,
 ) -> ProfileSet:
+    """Every profile file of the folder; `service_port`: every engine listens on that one port instead of
+    its own (a balancer's fixed backend), so ports do not clash between profiles."""
     result = ProfileSet()
     try:
         files = sorted(p for p in directory.glob("*.toml") if p.is_file())
@@ -256,9 +264,12 @@ def load_profiles(
         if isinstance(item, InvalidProfile):
             result.invalid.append(item)
             continue
+        if service_port is not None:
+            moved = item.profile.model_copy(update={"port": service_port})
+            item = LoadedProfile(moved, item.file, item.sha256)
         p = item.profile
         clash = []
-        if (owner := ports.get((p.host, p.port))) is not None:
+        if service_port is None and (owner := ports.get((p.host, p.port))) is not None:
             clash.append(ProfileProblem("port", f"port {p.port} is already used by profile {owner!r}"))
         if (owner := units.get(p.unit)) is not None:
             clash.append(ProfileProblem("unit", f"unit {p.unit} is already used by profile {owner!r}"))

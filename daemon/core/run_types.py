@@ -20,6 +20,7 @@ class RunKind(enum.StrEnum):
 
 class Phase(enum.StrEnum):
     CREATED = "created"
+    DRAINING = "draining"  # out of rotation (/ready 503); the serving engine finishes its requests
     STOP = "stop"
     TEARDOWN = "teardown"
     START = "start"

@@ -78,6 +78,14 @@ class Settings(BaseSettings):
     verify_samples: int = Field(default=3, ge=1)
     idle_memory_slack_mib: int = Field(default=1024, ge=0)
     stop_timeout_s: float = Field(default=180.0, gt=0)
+    # Drain before a stop: /ready turns 503, the balancer gets `drain_grace_s` to see it, then the
+    # engine's running and waiting requests are awaited (its gauges, read every `drain_poll_s`) up to
+    # `drain_timeout_s`.
+    drain_grace_s: float = Field(default=5.0, ge=0)
+    drain_timeout_s: float = Field(default=120.0, ge=0)
+    drain_poll_s: float = Field(default=0.5, gt=0)
+    # Every profile's engine on this one port (a balancer's fixed backend address); unset: each its own.
+    service_port: int | None = Field(default=None, ge=1, le=65535)
 
     # The serving watch: liveness and metrics of the active engine (off: only for measuring its cost).
     watch_enabled: bool = True

@@ -162,9 +162,10 @@ class Engine(ABC):
     cache_env: tuple[tuple[str, str], ...] = ()  # (variable, folder under the cache root) of its caches
 
     def argv(self, profile: Profile) -> list[str]:
-        """The command line the unit execs: the profile's `command` verbatim, or the rendered one."""
+        """The command line the unit execs: the profile's `command` (with `{port}` replaced by the port it
+        serves on: its own, or service_port), or the rendered one."""
         if profile.command is not None:
-            return list(profile.command)
+            return [a.replace("{port}", str(profile.port)) for a in profile.command]
         return self.render(profile)
 
     @abstractmethod

@@ -20,8 +20,12 @@ def engine_check(profile: Profile) -> list[tuple[str, str]]:
     return engine_for(profile).check(profile)
 
 
-def load_checked_profiles(directory: Path, *, check_paths: bool = False) -> ProfileSet:
-    return load_profiles(directory, check_paths=check_paths, engine_check=engine_check)
+def load_checked_profiles(
+    directory: Path, *, check_paths: bool = False, service_port: int | None = None
+) -> ProfileSet:
+    return load_profiles(
+        directory, check_paths=check_paths, engine_check=engine_check, service_port=service_port
+    )
 
 
 def parse_checked_profile(path: Path, *, check_paths: bool = False) -> LoadedProfile | InvalidProfile:

@@ -44,6 +44,7 @@ class Job:
     refuse_cancel: Callable[[int], str | None] = lambda _: None  # why it cannot be cancelled now, if so
     on_cancel: Callable[[], None] = lambda: None  # what a cancel does besides cancelling the task
     also: set[int] = field(default_factory=set)  # further runs it carries on as (a switch's rollback)
+    isolated: bool = False  # the host is out of the balancer's rotation while it runs
     cancelling: bool = False
     line: str | None = None  # its one-line progress, for /status
 
@@ -97,6 +98,12 @@ class Jobs:
     def switching(self) -> bool:
         return bool(self.running(JobKind.SWITCH))
 
+    def out_of_rotation(self) -> str | None:
+        """Why /ready says 503 whatever the host's state: an experiment (or an isolated benchmark) runs, and
+        production traffic must not pollute what it measures."""
+        job = next((j for j in self._jobs if j.isolated and j.run_id), None)
+        return f"{job.kind} {job.run_id}" if job is not None else None
+
     def children(self, run_id: int) -> list[Job]:
         return [j for j in self._jobs if j.parent == run_id]
 
@@ -128,12 +135,22 @@ class Jobs:
         label: str = "",
         refuse_cancel: Callable[[int], str | None] = lambda _: None,
         on_cancel: Callable[[], None] = lambda: None,
+        isolated: bool = False,
     ) -> Iterator[Slot]:
         """Check and hold the place in one step (no await between: atomic in one loop); a slot whose run
         was not started when the block ends (the run could not be created) is given up."""
         if why := self.conflict(kind, parent=parent, subject=subject):
             raise Busy(why)
-        job = Job(kind, 0, parent, subject, label, refuse_cancel=refuse_cancel, on_cancel=on_cancel)
+        job = Job(
+            kind,
+            0,
+            parent,
+            subject,
+            label,
+            refuse_cancel=refuse_cancel,
+            on_cancel=on_cancel,
+            isolated=isolated,
+        )
         self._jobs.append(job)
         try:
             yield Slot(self, job)

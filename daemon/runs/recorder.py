@@ -8,11 +8,14 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from datetime import datetime
 
 from daemon.core import redact
 from daemon.core.hoststate import HostState, StateHub
 from daemon.core.run_types import NewRun, Outcome, Phase, Progress, RunEventJson
+from daemon.store.models import utcnow
 from daemon.store.queries import Store
+from daemon.store.switch_cost import SwitchCostStore
 from daemon.teardown.execute import TeardownReport
 
 log = logging.getLogger("k25.runs")
@@ -30,6 +33,7 @@ class HostAfter:
 class RunRecorder:
     def __init__(self, store: Store, hub: StateHub) -> None:
         self.store, self.hub = store, hub
+        self.cost = SwitchCostStore(store)  # what switches cost the clients (/metrics reads its summary)
 
     async def create(self, new: NewRun) -> int:
         run_id = await asyncio.to_thread(self.store.create_run, new)
@@ -62,7 +66,9 @@ class RunRecorder:
             load_stages=dict(load_stages) if load_stages is not None else None,
         )
         if self.hub.status.run_id == run_id:
-            self.hub.phase(phase, progress if phase is Phase.LOADING else None)
+            loading = phase is Phase.LOADING
+            shown = detail.removeprefix("draining: ") if phase is Phase.DRAINING else None
+            self.hub.phase(phase, progress if loading else None, shown)
         event = RunEventJson(id=stored, phase=phase, detail=detail, at=time.time())
         if progress is not None:
             event["progress_percent"] = progress.percent
@@ -127,6 +133,25 @@ class RunRecorder:
             + (f"; {total:.2f}s" if total is not None else "")
         )
         await self.event(run_id, Phase.TEARDOWN, detail)
+
+    async def out_of_rotation(self, run_id: int, at: datetime) -> None:
+        await asyncio.to_thread(self.cost.out_of_rotation, run_id=run_id, at=at)
+        log.info("run %d: out of rotation (/ready 503)", run_id)
+
+    async def back_in_rotation(self, run_id: int, down_at: datetime) -> None:
+        up = utcnow()
+        downtime = await asyncio.to_thread(
+            self.cost.back_in_rotation, run_id=run_id, down_at=down_at, up_at=up
+        )
+        log.info("run %d: back in rotation (/ready 200) after %.1fs out", run_id, downtime)
+
+    async def drained(
+        self, run_id: int, *, seconds: float | None, finished: int, cut: int, timed_out: bool
+    ) -> None:
+        await asyncio.to_thread(self.cost.drained, run_id=run_id, seconds=seconds, finished=finished, cut=cut,
+                                timed_out=timed_out)  # fmt: skip
+        if cut:
+            log.warning("run %d: %d request(s) still in flight at the stop: cut", run_id, cut)
 
     def settle(self, host: HostAfter) -> None:
         """The host's state once no run is in progress: no target, no phase, no progress."""

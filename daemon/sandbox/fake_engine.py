@@ -60,6 +60,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--weights", type=Path, help="read this folder's *.safetensors the way a lazy mmap loader does"
     )
+    p.add_argument("--max-running", type=int, default=0, help="requests run at once; more wait (0: no cap)")
     p.add_argument("--fault", action="append", choices=FAULTS, default=[])
     p.add_argument(
         "--fault-after", type=int, default=3, help="*-after-ready: requests served first (probe incl.)"
@@ -205,6 +206,7 @@ def main(argv: list[str] | None = None) -> int:
         deadlock="deadlock" in args.fault,
         crash_after=args.fault_after if "crash-after-ready" in args.fault else None,
         hang_after=args.fault_after if "hang-after-ready" in args.fault else None,
+        max_running=args.max_running or None,
     )
     app = build_app(cfg, time.monotonic(), announce_ready=lambda: log(sg.LINE_READY))
     server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=False))

@@ -38,6 +38,7 @@ class FakeConfig:
     # Faults that strike while serving: after this many requests (the readiness probe is the first).
     crash_after: int | None = None  # the engine exits once that many requests have finished
     hang_after: int | None = None  # later requests never get a token; /health stays 200
+    max_running: int | None = None  # more requests than this wait (counted as waiting) for a slot
 
 
 def _counter(name: str) -> str:
@@ -58,19 +59,20 @@ class Stats:
         r = self.registry
         if cfg.flavor == "vllm":
             labels = {"model_name": cfg.model, "engine": "0"}
-            names = (vl.M_PROMPT, vl.M_GENERATION, vl.M_TTFT, vl.M_ITL, vl.M_E2E, vl.M_RUNNING)
+            names = (vl.M_PROMPT, vl.M_GENERATION, vl.M_TTFT, vl.M_ITL, vl.M_E2E, vl.M_RUNNING, vl.M_WAITING)
         else:
             labels = {"model_name": cfg.model, "engine_type": "unified", "tp_rank": "0", "pp_rank": "0"}
-            names = (sg.M_PROMPT, sg.M_GENERATION, sg.M_TTFT, sg.M_ITL, sg.M_E2E, sg.M_RUNNING)
+            names = (sg.M_PROMPT, sg.M_GENERATION, sg.M_TTFT, sg.M_ITL, sg.M_E2E, sg.M_RUNNING, sg.M_WAITING)
         self.labels = labels
         keys = list(labels)
-        prompt, gen, ttft, itl, e2e, running = names
+        prompt, gen, ttft, itl, e2e, running, waiting = names
         self.prompt = Counter(_counter(prompt), "prompt tokens", keys, registry=r).labels(**labels)
         self.gen = Counter(_counter(gen), "generation tokens", keys, registry=r).labels(**labels)
         self.ttft = Histogram(ttft, "time to first token", keys, registry=r).labels(**labels)
         self.itl = Histogram(itl, "inter-token latency", keys, registry=r).labels(**labels)
         self.e2e = Histogram(e2e, "request latency", keys, registry=r).labels(**labels)
         self.running = Gauge(running, "running requests", keys, registry=r).labels(**labels)
+        self.waiting = Gauge(waiting, "waiting requests", keys, registry=r).labels(**labels)
         if cfg.flavor == "vllm":
             self.requests = Counter(
                 _counter(vl.M_SUCCESS), "finished", [*keys, "finished_reason"], registry=r
@@ -150,6 +152,25 @@ class _FakeServer:
         self.cfg, self.started = cfg, started
         self.stats = Stats(cfg)
         self.hang = asyncio.Event()  # never set: the deadlock fault
+        self.slots = asyncio.Semaphore(cfg.max_running) if cfg.max_running else None
+
+    @contextlib.asynccontextmanager
+    async def slot(self) -> AsyncIterator[None]:
+        """A request waits for a running slot (the engine's scheduler), then runs: both gauges count it."""
+        stats = self.stats
+        stats.waiting.inc()
+        try:
+            if self.slots is not None:
+                await self.slots.acquire()
+        finally:
+            stats.waiting.dec()
+        stats.running.inc()
+        try:
+            yield
+        finally:
+            stats.running.dec()
+            if self.slots is not None:
+                self.slots.release()
 
     async def health(self, _: Request) -> Response:
         warm = time.monotonic() - self.started >= self.cfg.warmup_s
@@ -238,21 +259,20 @@ class _Completion:
     async def stream(self) -> AsyncIterator[bytes]:
         stats = self.stats
         began = time.monotonic()
-        stats.running.inc()
         try:
             if self.chat and self.cfg.flavor == "sglang":
                 yield f"data: {json.dumps(self.chunk(None, role=True))}\n\n".encode()
             produced = 0
-            async for n, out in self._chunks(began):
-                produced = n
-                yield f"data: {json.dumps(out)}\n\n".encode()
+            async with self.server.slot():
+                async for n, out in self._chunks(began):
+                    produced = n
+                    yield f"data: {json.dumps(out)}\n\n".encode()
             if self.options.get("include_usage"):
                 final = {"id": self.rid, "object": self.obj, "model": self.cfg.model, "choices": [],
                          "usage": self.usage(produced)}  # fmt: skip
                 yield f"data: {json.dumps(final)}\n\n".encode()
             yield b"data: [DONE]\n\n"
         finally:
-            stats.running.dec()
             stats.e2e.observe(time.monotonic() - began)
             _count_request(stats, self.cfg)
 
@@ -272,8 +292,9 @@ class _Completion:
 
     async def whole(self) -> RequestBody:
         produced = 0
-        async for n in self.server.tokens(self.max_tokens):
-            produced += n
+        async with self.server.slot():
+            async for n in self.server.tokens(self.max_tokens):
+                produced += n
         _count_request(self.stats, self.cfg)
         text = " tok" * produced
         choice: RequestBody = {"index": 0, "finish_reason": "length"}

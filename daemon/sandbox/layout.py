@@ -124,7 +124,7 @@ def fake_engine_profile(
     """A profile served by the fake engine (an ordinary profile: engine vllm or sglang plus `command`).
     `weights`: the model folder, read by the engine as a lazy mmap loader does."""
     model = weights or models / "Kimi-K2.5-INT4"
-    command = [sys.executable, "-m", "daemon.sandbox.fake_engine", "--flavor", flavor, "--port", str(port),
+    command = [sys.executable, "-m", "daemon.sandbox.fake_engine", "--flavor", flavor, "--port", "{port}",
                "--served-model-name", "kimi-k2.5", "--model", str(model), "--load-seconds", str(load_seconds),
                "--rate", str(rate)]  # fmt: skip
     if spec:
@@ -208,6 +208,9 @@ def write_tree(
         "bind_host": '"127.0.0.1"',
         "port": str(port),
         "term_grace_s": "5",
+        # A drain at a test's pace (production: 5 s for the balancer to see /ready turn 503).
+        "drain_grace_s": "0.2",
+        "drain_poll_s": "0.1",
         "kill_grace_s": "5",
         "verify_timeout_s": "20",
         # The serving watch at a test's pace (production: 10 s, 120 s, 5 s).

@@ -181,6 +181,10 @@ class ServingWatch:
             generation_tokens=snap.generation_tokens,
         )
 
+    def current(self) -> LoadedProfile | None:
+        """The profile whose engine serves now (its serving run is open)."""
+        return self.serving.lp if self.serving is not None else None
+
     def live(self, run_id: int) -> list[Sample]:
         s = self.serving
         return list(s.live) if s is not None and s.run_id == run_id else []

@@ -7,10 +7,11 @@ from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
 from daemon.core.hoststate import HostState, StateHub
 from daemon.store.queries import Store
+from daemon.store.switch_cost import DOWNTIME_BUCKETS, SwitchCostStore
 
 if TYPE_CHECKING:
     from daemon.serving.watch import ServingNow
@@ -19,9 +20,14 @@ if TYPE_CHECKING:
 
 class K25Collector:
     def __init__(
-        self, hub: StateHub, store: Store, sampler: HostSampler, serving: Callable[[], ServingNow | None]
+        self,
+        hub: StateHub,
+        store: Store,
+        sampler: HostSampler,
+        serving: Callable[[], ServingNow | None],
+        cost: SwitchCostStore,
     ) -> None:
-        self.hub, self.store, self.sampler, self.serving = hub, store, sampler, serving
+        self.hub, self.store, self.sampler, self.serving, self.cost = hub, store, sampler, serving, cost
 
     def collect(self) -> Iterator[Metric]:
         st = self.hub.status
@@ -53,6 +59,7 @@ class K25Collector:
             for profile, v in sorted(values.items()):
                 g.add_metric([profile], v)
             yield g
+        yield from self._switch_cost()
         td = GaugeMetricFamily("k25_teardown_duration_seconds", "duration of the last teardown")
         if summary.teardown_seconds is not None:
             td.add_metric([], float(summary.teardown_seconds))
@@ -69,6 +76,17 @@ class K25Collector:
             total.add_metric([str(gpu.index)], float(gpu.memory_total_mib))
         yield used
         yield total
+
+    def _switch_cost(self) -> Iterator[Metric]:
+        """What switches cost the clients: downtime as a balancer saw it, requests a stop cut."""
+        cost = self.cost.summary()
+        bounds = [(f"{b:g}", float(n)) for b, n in zip(DOWNTIME_BUCKETS, cost.buckets, strict=True)]
+        hist = HistogramMetricFamily("k25_switch_downtime_seconds", "out of rotation (/ready 503) per switch")
+        hist.add_metric([], [*bounds, ("+Inf", float(cost.count))], sum_value=cost.total_s)
+        yield hist
+        cut = CounterMetricFamily("k25_drain_cut_requests", "requests still in flight when an engine stopped")
+        cut.add_metric([], float(cost.cut))
+        yield cut
 
     def _serving(self) -> Iterator[Metric]:
         """The serving engine's current figures, labelled with its profile."""

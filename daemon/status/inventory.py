@@ -4,6 +4,7 @@ and the engine units' states, as the host's own dataclasses (the API makes respo
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -60,9 +61,10 @@ class Inventory:
         """Read the profiles folder afresh (each switch does, and reload); report what changed."""
         s = self._settings
         before = {n: lp.sha256 for n, lp in self.profiles.valid.items()}
-        fresh = await asyncio.to_thread(
-            load_checked_profiles, s.profiles_path, check_paths=s.check_model_paths
+        load = functools.partial(
+            load_checked_profiles, check_paths=s.check_model_paths, service_port=s.service_port
         )
+        fresh = await asyncio.to_thread(load, s.profiles_path)
         now = {n: lp.sha256 for n, lp in fresh.valid.items()}
         if now != before:
             changed = sorted(n for n in now if before.get(n) != now[n])

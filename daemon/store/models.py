@@ -48,6 +48,14 @@ class Run(SQLModel, table=True):
     generation_tokens: float | None = None
     acceptance_length: float | None = None  # mean over the run (bonus token included)
     load_stages: str | None = None  # JSON {stage: seconds} as the engine printed them (and a warm before)
+    # What a switch cost the clients: out of rotation (/ready 503) and back, the drain and what it cut.
+    ready_down_at: datetime | None = None
+    ready_up_at: datetime | None = None
+    downtime_s: float | None = None
+    drain_s: float | None = None
+    drain_finished: int | None = None  # requests the engine finished during the drain
+    drain_cut: int | None = None  # requests still running or waiting at the stop
+    drain_timed_out: bool | None = None
 
 
 class RunEvent(SQLModel, table=True):

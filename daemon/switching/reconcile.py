@@ -15,7 +15,7 @@ from daemon.core.run_types import CutShort, Phase, RunKind
 from daemon.host.systemd import SystemdPort
 from daemon.runs.recorder import HostAfter, RunRecorder
 from daemon.store.queries import Store
-from daemon.switching.transaction import ServingHooks
+from daemon.switching.ports import ServingHooks
 
 log = logging.getLogger("k25.reconcile")
 

@@ -8,90 +8,42 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Coroutine, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, Protocol
+from datetime import datetime
 
 from daemon.core.errors import K25Error, NotFound, Refused
 from daemon.core.hoststate import HostState
 from daemon.core.profiles import LoadedProfile, Profile, ProfileSet, WarmMode
-from daemon.core.run_types import CutShort, NewRun, Outcome, Phase, Progress, RunKind
+from daemon.core.run_types import CutShort, NewRun, Outcome, Phase, RunKind
 from daemon.engines import engine_for
-from daemon.engines.base import LogEvent
-from daemon.engines.client import EnginePort
 from daemon.engines.excerpt import journal_excerpt
-from daemon.host.journal import JournalPort
-from daemon.host.systemd import SystemdPort
 from daemon.runs.jobs import JobKind, Jobs, Slot
 from daemon.runs.recorder import HostAfter, RunRecorder
+from daemon.store.models import utcnow
 from daemon.store.queries import Store
 from daemon.switching.bringup import BringUpFailed, bring_up
-from daemon.teardown.execute import Teardown
+from daemon.switching.drain import DrainTimes, drain, in_flight
+from daemon.switching.events import RunEvents as _Events
+from daemon.switching.ports import ServingHooks, SwitchFailed, SwitchPorts, WarmHook
 
 log = logging.getLogger("k25.switch")
 
 
-class SwitchFailed(K25Error):
-    def __init__(self, reason: str, excerpt: str = "", needs_reset: bool = False) -> None:
-        super().__init__(reason)
-        self.reason, self.excerpt, self.needs_reset = reason, excerpt, needs_reset
-
-
-@dataclass(frozen=True)
-class SwitchPorts:
-    """What a switch drives: the engine units, their journals, the teardown, the engines' HTTP."""
-
-    systemd: SystemdPort
-    journal: JournalPort
-    teardown: Teardown
-    prober: EnginePort
-
-
-class ServingHooks(Protocol):
-    """The serving watch: a serving run begins when a switch ends active, and ends when a switch starts."""
-
-    async def begin(
-        self, lp: LoadedProfile, *, parent: int | None, adopt_run: int | None = None, managed: bool = True
-    ) -> int: ...
-    async def end(self, outcome: Outcome, detail: str, *, host: HostAfter | None = None) -> int | None: ...
-
-
-WarmHook = Callable[[int, Profile, Callable[[str, float], Awaitable[None]]], Coroutine[Any, Any, None]]
-
-
 @dataclass
 class _Txn:
-    """One transaction's own state: once it rolls back, a cancel is refused."""
+    """One transaction's own state: what it drains first, when the host left the balancer's rotation (to
+    record the downtime on whichever run brings it back), and once it rolls back, a cancel is refused."""
 
     rolling_back: bool = False
+    drain_from: LoadedProfile | None = None  # the serving profile, drained before it is stopped
+    measure_cut: LoadedProfile | None = None  # not drained: still count what the stop cuts
+    out_at: datetime | None = None  # the host was in rotation until then
 
     def refusal(self, run_id: int) -> str | None:
         if self.rolling_back:
             return f"run {run_id} has failed and is rolling back: the rollback cannot be cancelled"
         return None
-
-
-class _Events:
-    """bring_up's steps, recorded as events of one run."""
-
-    def __init__(self, recorder: RunRecorder, run_id: int) -> None:
-        self.recorder, self.run_id = recorder, run_id
-        self.stages: dict[str, float] = {}  # the engine's load stages, and a warm before the start
-
-    async def phase(self, phase: Phase, detail: str, *, load_seconds: float | None = None) -> None:
-        await self.recorder.event(self.run_id, phase, detail, load_seconds=load_seconds)
-
-    async def stage(self, stage: str, seconds: float) -> None:
-        self.stages[stage] = seconds
-        await self.recorder.event(
-            self.run_id, Phase.LOADING, f"load stage {stage}: {seconds:.1f}s", load_stages=self.stages
-        )
-
-    async def progress(self, ev: LogEvent) -> None:
-        p = Progress(ev.percent or 0, ev.done or 0, ev.total or 0)
-        await self.recorder.event(
-            self.run_id, Phase.LOADING, f"{p.percent}% ({p.done}/{p.total})", progress=p
-        )
 
 
 class Switcher:
@@ -107,6 +59,7 @@ class Switcher:
         write_launch: Callable[[LoadedProfile, int, list[str]], object],
         serving: ServingHooks,
         jobs: Jobs,
+        drain: DrainTimes,
         warm: WarmHook | None = None,
     ) -> None:
         self._read_profiles, self.ports, self.store, self.recorder = profiles, ports, store, recorder
@@ -116,7 +69,7 @@ class Switcher:
             stop_timeout_s,
             write_launch,
         )
-        self.serving, self.jobs = serving, jobs
+        self.serving, self.jobs, self.drain_times = serving, jobs, drain
         self.warm = warm  # reads a profile's weights into the page cache while the old engine stops
 
     # -- requests -------------------------------------------------------------------------------------
@@ -129,9 +82,11 @@ class Switcher:
         kind: RunKind = RunKind.SWITCH,
         parent: int | None = None,
         from_profile: str | None = None,
+        drain: bool = True,
     ) -> int | None:
         """Start a switch (or a restart or rollback the serving watch asks for, linked to `parent`); returns
-        its run id, or None when `name` is already active and healthy."""
+        its run id, or None when `name` is already active and healthy. The serving engine drains first
+        unless `drain` is False, `force` is given or its profile says `drain = false`."""
         profiles = await self._read_profiles()  # afresh: the file as it is now is what runs
         lp = profiles.get(name)
         if lp is None:
@@ -146,10 +101,25 @@ class Switcher:
                 if (await self.ports.systemd.state(lp.profile.unit)).is_active:
                     return None
             previous = from_profile or st.active_profile
+            self._plan_drain(txn, drain=drain and not force)
             run_id = await self._new_run(kind, lp, from_profile=previous, parent=parent)
             self.recorder.begin(run_id, name)
+            if txn.out_at is not None:
+                await self.recorder.out_of_rotation(run_id, txn.out_at)
             slot.start(run_id, self._transaction(run_id, lp, previous, txn))
             return run_id
+
+    def _plan_drain(self, txn: _Txn, *, drain: bool) -> None:
+        """A host that serves (active, in the balancer's rotation) leaves it now; its engine drains first."""
+        serving = self.serving.current()
+        if self.hub.status.state is not HostState.ACTIVE or serving is None:
+            return  # nothing is served: nothing to drain, no downtime a balancer would see
+        if not self.jobs.out_of_rotation():
+            txn.out_at = utcnow()
+        if drain and serving.profile.drain:
+            txn.drain_from = serving
+        else:
+            txn.measure_cut = serving
 
     @contextlib.contextmanager
     def _admit(self, name: str, parent: int | None) -> Iterator[tuple[Slot, _Txn]]:
@@ -210,23 +180,50 @@ class Switcher:
         self, run_id: int, lp: LoadedProfile, previous: str | None, txn: _Txn, *, resume: bool = False
     ) -> None:
         try:
+            if not await self._drain(run_id, txn):
+                return  # cancelled while draining: nothing was stopped
             await self.serving.end(Outcome.STOPPED, f"switched away by run {run_id} (to {lp.profile.name})")
-            failure = await self._attempt(run_id, lp, cancellable=True, resume=resume)
+            failure = await self._attempt(run_id, lp, txn, cancellable=True, resume=resume)
             if failure is None:
                 return
             txn.rolling_back = True  # from here on a cancel is refused (and a second one was already)
-            await self._recover(run_id, lp, *failure, previous)
+            await self._recover(run_id, lp, *failure, previous, txn)
         except Exception as e:  # recording the failure failed too (the database, a bug): never stay switching
             log.exception("run %d: could not record the end of the switch", run_id)
             why = f"run {run_id} ended in an internal error: {type(e).__name__}: {e}"
             self.recorder.settle(HostAfter(HostState.DEGRADED, None, why))
 
+    async def _drain(self, run_id: int, txn: _Txn) -> bool:
+        """The serving engine's requests finish before it stops; False when cancelled meanwhile (the run
+        ends `cancelled`, the engine serves on and the host is back in rotation)."""
+        if txn.drain_from is None:
+            if txn.measure_cut is not None:  # no drain: what is in flight now is cut by the stop
+                cut = await in_flight(txn.measure_cut.profile, self.ports.prober)
+                await self.recorder.drained(run_id, seconds=None, finished=0, cut=cut, timed_out=False)
+            return True
+        serving = txn.drain_from
+        try:
+            result = await drain(
+                serving.profile, self.ports.prober, _Events(self.recorder, run_id), self.drain_times
+            )
+        except asyncio.CancelledError:
+            if (task := asyncio.current_task()) is not None:
+                task.uncancel()
+            why = "cancelled while draining: nothing was stopped; the engine serves on"
+            back = HostAfter(HostState.ACTIVE, serving.profile.name)
+            await self.recorder.finish(run_id, Outcome.CANCELLED, detail=why, host=back)
+            return False
+        await self.recorder.event(run_id, Phase.DRAINING, result.describe())
+        await self.recorder.drained(run_id, seconds=result.seconds, finished=result.finished, cut=result.cut,
+                                    timed_out=result.timed_out)  # fmt: skip
+        return True
+
     async def _attempt(
-        self, run_id: int, lp: LoadedProfile, *, cancellable: bool, resume: bool = False
+        self, run_id: int, lp: LoadedProfile, txn: _Txn, *, cancellable: bool, resume: bool = False
     ) -> tuple[Outcome, SwitchFailed] | None:
         """One switch; any way it can fail becomes (outcome, SwitchFailed)."""
         try:
-            await self._switch(run_id, lp, resume=resume)
+            await self._switch(run_id, lp, txn, resume=resume)
             return None
         except asyncio.CancelledError:
             task = asyncio.current_task()
@@ -243,7 +240,13 @@ class Switcher:
             return Outcome.FAILED, SwitchFailed(f"internal error: {type(e).__name__}: {e}")
 
     async def _recover(
-        self, run_id: int, lp: LoadedProfile, outcome: Outcome, failure: SwitchFailed, previous: str | None
+        self,
+        run_id: int,
+        lp: LoadedProfile,
+        outcome: Outcome,
+        failure: SwitchFailed,
+        previous: str | None,
+        txn: _Txn,
     ) -> None:
         """After a failed switch: clean up, then link and start the rollback before the run's final event."""
         error = await self._cleanup(run_id, lp, failure)
@@ -265,7 +268,7 @@ class Switcher:
         if (job := self.jobs.find(run_id)) is not None:
             job.carry_on(rb, f"rollback to {target.profile.name}")  # the job's 409 names the rollback now
         self.recorder.begin(rb, target.profile.name)
-        second = await self._attempt(rb, target, cancellable=False)
+        second = await self._attempt(rb, target, txn, cancellable=False)
         if second is None:
             return
         _, again = second
@@ -301,7 +304,7 @@ class Switcher:
                 return lp
         return None
 
-    async def _switch(self, run_id: int, lp: LoadedProfile, *, resume: bool = False) -> None:
+    async def _switch(self, run_id: int, lp: LoadedProfile, txn: _Txn, *, resume: bool = False) -> None:
         p = lp.profile
         engine = engine_for(p)
         events = _Events(self.recorder, run_id)
@@ -337,6 +340,8 @@ class Switcher:
         await self.recorder.finish(
             run_id, Outcome.ACTIVE, load_seconds=seen.load_seconds, host=HostAfter(HostState.ACTIVE, p.name)
         )
+        if txn.out_at is not None and not self.jobs.out_of_rotation():
+            await self.recorder.back_in_rotation(run_id, txn.out_at)
         await self.serving.begin(lp, parent=run_id)
 
     async def _stop_and_teardown(

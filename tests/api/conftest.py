@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -58,14 +59,26 @@ def make_settings(tmp_path: Path, **overrides: object) -> Settings:
 
 @pytest.fixture
 async def env(tmp_path: Path) -> AsyncIterator[Env]:
-    # A fast serving watch: the fakes answer at once.
+    async with running_env(tmp_path) as e:
+        yield e
+
+
+@contextlib.asynccontextmanager
+async def running_env(tmp_path: Path, **overrides: object) -> AsyncIterator[Env]:
+    """The app with fake host ports and a fast serving watch (the fakes answer at once); `overrides` are
+    settings."""
     settings = make_settings(
         tmp_path,
-        watch_interval_s=0.05,
-        stall_s=0.5,
-        restart_backoff_s=0.0,
-        metrics_row_s=0.3,
-        residency_every_s=0.2,
+        **{
+            "watch_interval_s": 0.05,
+            "stall_s": 0.5,
+            "restart_backoff_s": 0.0,
+            "metrics_row_s": 0.3,
+            "residency_every_s": 0.2,
+            "drain_grace_s": 0.0,
+            "drain_poll_s": 0.01,
+        }
+        | overrides,
     )
     journal = FakeJournal()
     units = {

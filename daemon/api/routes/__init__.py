@@ -21,7 +21,7 @@ async def index() -> HTMLResponse:
 
 
 WRITES = (profiles.write, profiles.restoring, runs.write, teardown.write, benchmarks.write)
-READS = (status.read, profiles.read, runs.read, teardown.read, benchmarks.read)
+READS = (status.balancer, status.read, profiles.read, runs.read, teardown.read, benchmarks.read)
 
 
 def include(app: FastAPI) -> None:

@@ -18,8 +18,11 @@ write = writes("benchmarks")
 
 
 @write.post("/benchmarks", status_code=202, responses=ACCEPTED)
-async def start_benchmark(spec: BenchmarkSpec, c: Ctl, response: Response) -> AcceptedOut:
-    return located(await c.bench.start(spec), response, "/benchmarks")
+async def start_benchmark(
+    spec: BenchmarkSpec, c: Ctl, response: Response, isolate: bool = False
+) -> AcceptedOut:
+    """`isolate=true`: /ready is 503 while it runs (the host leaves the balancer's rotation)."""
+    return located(await c.bench.start(spec, isolate=isolate), response, "/benchmarks")
 
 
 @read.get("/benchmarks")

@@ -33,9 +33,10 @@ async def reload(c: Ctl) -> ReloadOut:
 
 @write.post("/{name}/activate", status_code=202, responses=SWITCH)
 async def activate(
-    name: str, c: Ctl, response: Response, force: bool = False, wait: bool = False
+    name: str, c: Ctl, response: Response, force: bool = False, wait: bool = False, drain: bool = True
 ) -> AcceptedOut | RunOut:
-    return accepted(await c.activate(name, force=force, wait=wait), response)
+    """`drain=false` (or `force`) stops the serving engine at once, cutting what it runs."""
+    return accepted(await c.activate(name, force=force, wait=wait, drain=drain), response)
 
 
 @write.post("/{name}/warm", status_code=202)
@@ -45,5 +46,5 @@ async def warm(name: str, c: Ctl, response: Response) -> AcceptedOut:
 
 
 @restoring.post("/restore", status_code=202, responses=SWITCH)
-async def restore(c: Ctl, response: Response, wait: bool = False) -> AcceptedOut | RunOut:
-    return accepted(await c.restore(wait=wait), response)
+async def restore(c: Ctl, response: Response, wait: bool = False, drain: bool = True) -> AcceptedOut | RunOut:
+    return accepted(await c.restore(wait=wait, drain=drain), response)

@@ -2,16 +2,36 @@
 
 from __future__ import annotations
 
-from fastapi import Request, Response
-from fastapi.responses import StreamingResponse
+from typing import Annotated
+
+from fastapi import APIRouter, Query, Request, Response
+from fastapi.responses import JSONResponse, StreamingResponse
 
 from daemon.api.http import SseGate
 from daemon.api.routes.common import Ctl, Responses, reads
-from daemon.api.schemas import StatusOut
+from daemon.api.schemas import ReadyOut, StatusOut
 
 read = reads("status")
+balancer = APIRouter(tags=["status"])  # no token: a load balancer's health check
 SSE: Responses = {200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}}
 TEXT: Responses = {200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}}
+
+
+@balancer.head("/ready", include_in_schema=False)
+@balancer.get(
+    "/ready",
+    responses={
+        200: {"model": ReadyOut, "description": "in rotation: the profile that serves, and its port"},
+        503: {"model": ReadyOut, "description": "out of rotation: the reason says why"},
+    },
+)
+async def ready(
+    c: Ctl, port: Annotated[int | None, Query(ge=1, le=65535, description="200 only if served here")] = None
+) -> JSONResponse:
+    """The load balancer's check: 200 while the host serves and is in rotation, 503 otherwise (draining,
+    switching, an experiment, idle, failed...). `?port=P`: 200 only while the active engine serves on P."""
+    out = c.ready(port)
+    return JSONResponse(out.model_dump(mode="json"), status_code=200 if out.ready else 503)
 
 
 @read.get("/status")

@@ -1,0 +1,85 @@
+"""Drain before a stop. The host is already out of rotation when this starts (`/ready` answers 503 from
+the moment a switch begins); the balancer gets `grace_s` to see that, then the serving engine's own gauges
+(running and waiting requests, read as the serving watch reads them) are awaited until both are 0 or
+`timeout_s` has passed. The engine has no event for "idle": its metrics are read every `poll_s`."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from dataclasses import dataclass
+from typing import Protocol
+
+from daemon.core.errors import K25Error
+from daemon.core.profiles import Profile
+from daemon.core.run_types import Phase
+from daemon.engines import engine_for
+from daemon.engines.base import MetricsSnapshot
+from daemon.engines.client import EnginePort
+
+log = logging.getLogger("k25.drain")
+
+
+@dataclass(frozen=True)
+class DrainResult:
+    seconds: float
+    finished: int  # requests the engine counted as finished during the drain
+    cut: int  # requests still running or waiting when the drain ended (0 after a full drain)
+    timed_out: bool
+
+    def describe(self) -> str:
+        end = f"timed out with {self.cut} request(s) left (they are cut)" if self.timed_out else "drained"
+        return f"{end} after {self.seconds:.1f}s; {self.finished} request(s) finished meanwhile"
+
+
+class DrainEvents(Protocol):
+    async def phase(self, phase: Phase, detail: str) -> None: ...
+
+
+@dataclass(frozen=True)
+class DrainTimes:
+    grace_s: float
+    timeout_s: float
+    poll_s: float
+
+
+async def drain(profile: Profile, prober: EnginePort, events: DrainEvents, times: DrainTimes) -> DrainResult:
+    """Cancellable at any point (nothing has been stopped: the engine serves on)."""
+    began = time.monotonic()
+    await events.phase(Phase.DRAINING, f"out of rotation; {times.grace_s:g}s for the balancer to see it")
+    await asyncio.sleep(times.grace_s)  # the balancer's check interval: a period, not a condition
+    first = await _read(profile, prober)
+    last, shown = first, None
+    deadline = began + times.grace_s + times.timeout_s
+    while _load(last) > 0 and time.monotonic() < deadline:
+        if (now := (last.running, last.waiting)) != shown:
+            shown = now
+            await events.phase(Phase.DRAINING, f"draining: {_count(last.running)} running, "
+                                                f"{_count(last.waiting)} waiting")  # fmt: skip
+        await asyncio.sleep(times.poll_s)
+        last = await _read(profile, prober)
+    finished = _count(last.requests) - _count(first.requests) if last.requests is not None else 0
+    return DrainResult(time.monotonic() - began, max(0, finished), _load(last), _load(last) > 0)
+
+
+async def in_flight(profile: Profile, prober: EnginePort) -> int:
+    """Requests the engine runs or queues right now (what a stop without a drain cuts)."""
+    return _load(await _read(profile, prober))
+
+
+async def _read(profile: Profile, prober: EnginePort) -> MetricsSnapshot:
+    engine = engine_for(profile)
+    try:
+        return engine.snapshot(profile, await prober.scrape(profile, engine))
+    except K25Error as e:  # an engine that cannot say what it runs is not waited for
+        log.warning("drain of %s: metrics unreadable (%s): not waiting", profile.name, e)
+        return MetricsSnapshot()
+
+
+def _count(x: float | None) -> int:
+    return round(x or 0)
+
+
+def _load(s: MetricsSnapshot) -> int:
+    return _count(s.running) + _count(s.waiting)

@@ -1,0 +1,46 @@
+"""What a switch drives (the engine units, their journals, the teardown, the engines' HTTP) and whom it
+tells (the serving watch, the warm before a start), and how it fails."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from daemon.core.errors import K25Error
+from daemon.core.profiles import LoadedProfile, Profile
+from daemon.core.run_types import Outcome
+from daemon.engines.client import EnginePort
+from daemon.host.journal import JournalPort
+from daemon.host.systemd import SystemdPort
+from daemon.runs.recorder import HostAfter
+from daemon.teardown.execute import Teardown
+
+
+class SwitchFailed(K25Error):
+    def __init__(self, reason: str, excerpt: str = "", needs_reset: bool = False) -> None:
+        super().__init__(reason)
+        self.reason, self.excerpt, self.needs_reset = reason, excerpt, needs_reset
+
+
+@dataclass(frozen=True)
+class SwitchPorts:
+    """What a switch drives: the engine units, their journals, the teardown, the engines' HTTP."""
+
+    systemd: SystemdPort
+    journal: JournalPort
+    teardown: Teardown
+    prober: EnginePort
+
+
+class ServingHooks(Protocol):
+    """The serving watch: a serving run begins when a switch ends active, and ends when a switch starts."""
+
+    async def begin(
+        self, lp: LoadedProfile, *, parent: int | None, adopt_run: int | None = None, managed: bool = True
+    ) -> int: ...
+    async def end(self, outcome: Outcome, detail: str, *, host: HostAfter | None = None) -> int | None: ...
+    def current(self) -> LoadedProfile | None: ...
+
+
+WarmHook = Callable[[int, Profile, Callable[[str, float], Awaitable[None]]], Coroutine[Any, Any, None]]
