@@ -13,10 +13,20 @@ command -v curl >/dev/null || need+=(curl)
 command -v shellcheck >/dev/null || need+=(shellcheck)
 command -v setpriv >/dev/null || need+=(util-linux)
 if [ "${K25_WITH_BROWSER:-1}" = 1 ] && ! command -v chromium >/dev/null; then need+=(chromium); fi
+# A real load balancer for the drain test, and nginx to validate the README's snippet (never started).
+command -v haproxy >/dev/null || need+=(haproxy)
+command -v nginx >/dev/null || need+=(nginx)
 if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
+  # Installing must not start services (haproxy, nginx) on this machine: a policy-rc.d says no, unless
+  # one is there already (then it decides).
+  guard=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d && chmod 755 /usr/sbin/policy-rc.d && guard=1
+  fi
   apt-get update -qq
   apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+  [ -z "$guard" ] || rm -f /usr/sbin/policy-rc.d
 fi
 
 py=""

@@ -50,8 +50,8 @@ async def _start_and_wait_ready(systemd: SdbusSystemd, journal: JournalctlJourna
 async def jobs(unit: str) -> dict[str, Any]:
     systemd = SdbusSystemd(open_system_bus())
     out = {}
-    for action in ("start", "restart", "stop"):
-        o = await getattr(systemd, action)(unit, within_s=30)
+    for action, call in (("start", systemd.start), ("start_again", systemd.start), ("stop", systemd.stop)):
+        o = await call(unit, within_s=30)
         out[action] = {"job_result": o.job_result, "state": asdict(o.state), "escalated": o.stop_escalated}
     try:
         await systemd.start("no-such-unit.service", within_s=5)
