@@ -43,8 +43,11 @@ def _render(settings: Settings, name: str) -> tuple[list[str], dict[str, str]]:
     item = parse_checked_profile(path, check_paths=settings.check_model_paths)
     if isinstance(item, InvalidProfile):
         raise InvalidInput(str(item))
-    engine = engine_for(item.profile)
-    return engine.argv(item.profile), engine.environment(item.profile, settings.engine_cache_dir)
+    profile = item.profile
+    if settings.service_port is not None:  # as the daemon renders it: every engine on the service port
+        profile = profile.model_copy(update={"port": settings.service_port})
+    engine = engine_for(profile)
+    return engine.argv(profile), engine.environment(profile, settings.engine_cache_dir)
 
 
 def resolve(settings: Settings, name: str) -> tuple[list[str], dict[str, str]]:
