@@ -33,7 +33,7 @@ backend engines
     balance roundrobin
     option httpchk
     http-check send meth GET uri /ready ver HTTP/1.1 hdr Host localhost
-    default-server inter {inter_ms}ms fall 2 rise 1
+    default-server inter {inter} fall 2 rise 1
 {servers}
 """
 
@@ -73,14 +73,12 @@ class Haproxy:
 
 
 @contextlib.contextmanager
-def haproxy(
-    hosts: list[Host], port: int, *, inter_ms: int = 1000, within_s: float = 20.0
-) -> Iterator[Haproxy]:
+def haproxy(hosts: list[Host], port: int, *, inter: str = "1s", within_s: float = 20.0) -> Iterator[Haproxy]:
     """HAProxy in the foreground (this process started it, and stops it), up once it accepts."""
     folder = Path(tempfile.mkdtemp(prefix="haproxy-"))
     servers = "\n".join(f"    server {h.name} 127.0.0.1:{h.port} check port {h.daemon_port}" for h in hosts)
     cfg = folder / "haproxy.cfg"
-    cfg.write_text(CONFIG.format(sock=folder / "admin.sock", port=port, inter_ms=inter_ms, servers=servers))
+    cfg.write_text(CONFIG.format(sock=folder / "admin.sock", port=port, inter=inter, servers=servers))
     check = subprocess.run(["haproxy", "-c", "-f", str(cfg)], capture_output=True, text=True)
     if check.returncode != 0:
         raise K25Error(f"haproxy refuses its config: {check.stdout}{check.stderr}")

@@ -1,0 +1,61 @@
+"""The README's load-balancer snippets are real: HAProxy's is the configuration the drain test runs (and
+`haproxy -c` accepts it), nginx's passes `nginx -t`, the Kubernetes probe parses and points at /ready."""
+
+from __future__ import annotations
+
+import re
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from daemon.sandbox.balancer import CONFIG
+from tests.conftest import ROOT
+
+
+def _snippet(lang: str) -> str:
+    readme = (ROOT / "README.md").read_text()
+    section = readme[readme.index("## Behind a load balancer") :]
+    found = re.search(rf"```{lang}\n(.*?)```", section, re.S)
+    assert found is not None, f"no {lang} snippet in the README's load-balancer section"
+    return found.group(1)
+
+
+def _directives(text: str) -> set[str]:
+    return {line.strip() for line in text.splitlines() if line.startswith("    ") and "server " not in line}
+
+
+@pytest.mark.skipif(shutil.which("haproxy") is None, reason="haproxy: scripts/setup.sh installs it")
+def test_the_haproxy_snippet_is_what_the_drain_test_runs(tmp_path: Path) -> None:
+    snippet = _snippet("haproxy")
+    tested = CONFIG.format(sock=tmp_path / "s", port=1, inter="1s", servers="")
+    backend = tested[tested.index("backend engines") :]
+    assert _directives(snippet) == _directives(backend)  # the same checks, timings and thresholds
+    cfg = tmp_path / "haproxy.cfg"
+    cfg.write_text("defaults\n    mode http\n    timeout connect 2s\n    timeout client 60s\n"
+                   "    timeout server 60s\nfrontend clients\n    bind 127.0.0.1:18080\n"
+                   "    default_backend engines\n" + snippet)  # fmt: skip
+    check = subprocess.run(["haproxy", "-c", "-f", str(cfg)], capture_output=True, text=True)
+    assert check.returncode == 0, check.stdout + check.stderr
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx: scripts/setup.sh installs it")
+def test_the_nginx_snippet_passes_nginx_t(tmp_path: Path) -> None:
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(
+        f"pid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/error.log;\nevents {{}}\n"
+        f"http {{\n    access_log off;\n{_snippet('nginx')}}}\n"
+    )
+    check = subprocess.run(
+        ["nginx", "-t", "-c", str(conf), "-p", str(tmp_path)], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stderr
+    assert "syntax is ok" in check.stderr
+
+
+def test_the_kubernetes_probe_checks_ready() -> None:
+    probe = yaml.safe_load(_snippet("yaml"))["readinessProbe"]
+    assert probe["httpGet"] == {"path": "/ready", "port": 8025}
+    assert (probe["periodSeconds"], probe["failureThreshold"], probe["successThreshold"]) == (1, 2, 1)
