@@ -87,6 +87,18 @@ class ExperimentOut(BaseModel):
     restore: RestoreOut | None = None
 
 
+class ScheduleOut(BaseModel):
+    """An experiment waiting for its systemd timer."""
+
+    id: int
+    unit: str  # k25-experiment-ID.timer
+    at: str  # as given: an OnCalendar= expression or a delay (+10min)
+    max_running: int | None  # skipped when the engine serves more requests than this
+    next_run: datetime | None
+    active: bool
+    request: StoredJson
+
+
 class CompareOut(BaseModel):
     baseline: str
     spec_hash: str | None

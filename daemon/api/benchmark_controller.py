@@ -15,11 +15,13 @@ from daemon.api.bench_schemas import (
     ExperimentOut,
     ProvenanceOut,
     RestoreOut,
+    ScheduleOut,
     StepOut,
 )
 from daemon.api.schemas import AcceptedOut
 from daemon.benchmark.compare import Measured, compare
 from daemon.benchmark.experiments import Benchmarks, ExperimentRequest
+from daemon.benchmark.schedules import Schedule, Schedules
 from daemon.benchmark.spec import BenchmarkSpec
 from daemon.core.errors import NotFound
 from daemon.core.jsontypes import VllmSummary
@@ -31,8 +33,8 @@ COMPARE_WINDOW = 500  # newest benchmarks compare reads
 
 
 class BenchController:
-    def __init__(self, benchmarks: Benchmarks) -> None:
-        self.svc = benchmarks
+    def __init__(self, benchmarks: Benchmarks, schedules: Schedules) -> None:
+        self.svc, self.schedules = benchmarks, schedules
         self.bench_store = benchmarks.bench_store
         self.store = benchmarks.store
 
@@ -72,6 +74,20 @@ class BenchController:
 
     async def start_experiment(self, req: ExperimentRequest) -> AcceptedOut:
         return AcceptedOut(run_id=await self.svc.experiment(req))
+
+    async def schedule_experiment(
+        self, req: ExperimentRequest, at: str, max_running: int | None
+    ) -> ScheduleOut:
+        return schedule_out(await self.schedules.schedule(req, at, max_running))
+
+    async def list_schedules(self) -> list[ScheduleOut]:
+        return [schedule_out(s) for s in await self.schedules.list()]
+
+    async def cancel_schedule(self, sid: int) -> None:
+        await self.schedules.cancel(sid)
+
+    async def fire_schedule(self, sid: int) -> AcceptedOut:
+        return AcceptedOut(run_id=await self.schedules.fire(sid))
 
     async def experiment(self, run_id: int) -> ExperimentOut:
         found = await asyncio.to_thread(self.bench_store.experiment, run_id=run_id)
@@ -143,6 +159,11 @@ def bench_out(v: BenchmarkView, *, requests: bool) -> BenchmarkOut:
             for lv, summary in zip(v.levels, v.summaries, strict=True)
         ],
     )
+
+
+def schedule_out(s: Schedule) -> ScheduleOut:
+    return ScheduleOut(id=s.id, unit=s.unit, at=s.at, max_running=s.max_running, next_run=s.next_run,
+                       active=s.active, request=s.request.model_dump())  # fmt: skip
 
 
 def experiment_out(e: ExperimentView) -> ExperimentOut:

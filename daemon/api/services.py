@@ -15,6 +15,8 @@ from daemon.api.controller import Controller
 from daemon.benchmark.client import new_client
 from daemon.benchmark.experiments import Benchmarks
 from daemon.benchmark.runner import BenchmarkRunner, HttpFactory
+from daemon.benchmark.schedules import Schedules
+from daemon.core.command import k25_command
 from daemon.core.errors import K25Error
 from daemon.core.hoststate import StateHub
 from daemon.core.settings import Settings
@@ -23,6 +25,7 @@ from daemon.host.gpu import GpuView
 from daemon.host.journal import JournalctlJournal, JournalPort
 from daemon.host.pagecache import PageCache, mem_available
 from daemon.host.systemd import SdbusSystemd, SystemdPort, open_system_bus
+from daemon.host.timers import NoTimers, SdbusTimers, TimerPort
 from daemon.runs.jobs import Jobs
 from daemon.runs.recorder import RunRecorder
 from daemon.serving.policies import Incidents, Policies
@@ -54,12 +57,15 @@ class HostPorts:
     teardown: Teardown
     prober: EnginePort
     bench_http: HttpFactory = field(default=lambda n, t: new_client(t, n))  # the benchmark's requests
+    timers: TimerPort = field(default_factory=NoTimers)  # transient systemd timers (scheduled experiments)
 
 
 def real_ports(settings: Settings) -> HostPorts:
     gpus = build_gpus(settings)
+    bus = open_system_bus()  # one bus for the process, opened in the lifespan
     return HostPorts(
-        systemd=SdbusSystemd(open_system_bus()),  # one bus for the process, opened in the lifespan
+        systemd=SdbusSystemd(bus),
+        timers=SdbusTimers(bus),
         journal=JournalctlJournal(settings.journal_command),
         gpus=gpus,
         teardown=build_teardown(settings, gpus),
@@ -167,6 +173,9 @@ async def build(settings: Settings, host: HostPorts) -> Services:
     )
     policies = Policies(s, recorder.hub, incidents, switcher)
     benchmarks = _benchmarks(s, host, recorder, jobs, inventory, switcher, warms)
+    schedules = Schedules(timers=host.timers, folder=s.state_dir / "schedules", command=k25_command(),
+                          benchmarks=benchmarks, recorder=recorder, jobs=jobs,
+                          running_now=lambda: (now.running if (now := watch.now()) else None))  # fmt: skip
     controller = Controller(
         inventory=inventory,
         sampler=sampler,
@@ -175,7 +184,7 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         teardown=host.teardown,
         default_profile=s.default_profile,
         watch=watch,
-        bench=BenchController(benchmarks),
+        bench=BenchController(benchmarks, schedules),
         jobs=jobs,
         warms=warms,
     )

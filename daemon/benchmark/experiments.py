@@ -135,6 +135,12 @@ class Benchmarks:
         return lambda line: self.jobs.say(run_id, f"{prefix}: {line}")
 
     async def experiment(self, req: ExperimentRequest) -> int:
+        await self.check(req)
+        with self.jobs.admit(JobKind.EXPERIMENT, isolated=True) as slot:  # out of rotation while it runs
+            return await self._create_experiment(slot, req)
+
+    async def check(self, req: ExperimentRequest) -> None:
+        """What an experiment is refused for before anything is switched."""
         if req.benchmark.profile is not None:
             raise InvalidInput(
                 "an experiment's benchmark names no profile: the experiment's profiles are measured"
@@ -145,8 +151,6 @@ class Benchmarks:
                 raise NotFound(f"no valid profile {name!r}")
         if len(set(req.profiles)) != len(req.profiles):
             raise InvalidInput("a profile is listed twice: use repeats")
-        with self.jobs.admit(JobKind.EXPERIMENT, isolated=True) as slot:  # out of rotation while it runs
-            return await self._create_experiment(slot, req)
 
     async def _create_experiment(self, slot: Slot, req: ExperimentRequest) -> int:
         st = self.hub.status

@@ -13,6 +13,7 @@ from typing import Any
 from daemon.cli.client import ApiJson, Client
 from daemon.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from daemon.cli.remote import bar, client, emit
+from daemon.cli.schedule import add_schedule_commands
 from daemon.core.errors import InvalidInput
 
 Add = Callable[[str, Any, str], argparse.ArgumentParser]
@@ -130,6 +131,10 @@ def experiment(args: argparse.Namespace) -> int:
         "repeats": args.repeats,
         "restore": not args.no_restore,
     }
+    if args.at is not None:
+        _, out = c.post("/experiments", body, at=args.at, max_running=args.max_running)
+        emit(args, out, f"schedule {out['id']}: {out['unit']}, next run {out['next_run'] or '-'}")
+        return EXIT_OK
     _, out = c.post("/experiments", body)
     return _started(c, args, out["run_id"], "experiment")
 
@@ -242,7 +247,10 @@ def add_commands(add: Add) -> None:
         "--repeats", type=int, default=1, help="benchmarks per profile (their spread is the noise)"
     )
     p.add_argument("--no-restore", action="store_true", help="stay on the last profile")
+    p.add_argument("--at", help='later, by a systemd timer: "Sat 03:00" (OnCalendar=) or "+10min"')
+    p.add_argument("--max-running", type=int, help="with --at: skip it if the engine serves more requests")
     _load_options(p)
+    add_schedule_commands(add)
     p = add("compare", compare, "the latest benchmark of each profile against the baseline")
     p.add_argument("--baseline", default="baseline")
     p.add_argument("--spec", help="a benchmark spec hash (default: the baseline's latest)")

@@ -49,14 +49,17 @@ class Client:
             except ValueError:
                 detail = r.text
             raise ApiError(r.status_code, str(detail))
-        return r.json()
+        return r.json() if r.content else None
 
     def get(self, path: str, **params: Any) -> Any:
         return self._check(self.http.get(path, params={k: v for k, v in params.items() if v is not None}))
 
     def post(self, path: str, body: Any = None, **params: Any) -> tuple[int, Any]:
-        r = self.http.post(path, params=params, json=body)
+        r = self.http.post(path, params={k: v for k, v in params.items() if v is not None}, json=body)
         return r.status_code, self._check(r)
+
+    def delete(self, path: str) -> None:
+        self._check(self.http.delete(path))
 
     def events(self, path: str) -> Iterator[ApiJson]:
         """The data of each server-sent event, as it arrives."""

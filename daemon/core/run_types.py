@@ -42,6 +42,7 @@ class Phase(enum.StrEnum):
     OK = "ok"
     CRASHED = "crashed"
     STOPPED = "stopped"
+    SKIPPED = "skipped"
 
 
 class Outcome(enum.StrEnum):
@@ -53,6 +54,7 @@ class Outcome(enum.StrEnum):
     OK = "ok"
     CRASHED = "crashed"  # a serving engine exited on its own
     STOPPED = "stopped"  # a serving run ended by a switch or an operator
+    SKIPPED = "skipped"  # a scheduled experiment that found the host busy, degraded or serving too much
 
     @property
     def phase(self) -> Phase:

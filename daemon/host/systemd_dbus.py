@@ -3,6 +3,8 @@ place where D-Bus errors become k25-ctl errors."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from sdbus import (
     DbusInterfaceCommonAsync,
     dbus_method_async,
@@ -18,6 +20,12 @@ SYSTEMD = "org.freedesktop.systemd1"
 MANAGER_PATH = "/org/freedesktop/systemd1"
 MANAGER_IFACE = "org.freedesktop.systemd1.Manager"
 PROPERTIES_IFACE = "org.freedesktop.DBus.Properties"
+
+
+# A unit property as StartTransientUnit takes it: (name, (D-Bus signature, value)).
+Property = tuple[str, tuple[str, Any]]
+# ListUnitsByPatterns' row: name, description, load, active, sub, following, path, job id, job type, job path.
+UnitRow = tuple[str, str, str, str, str, str, str, int, str, str]
 
 
 class NoSuchUnitError(DbusFailedError):
@@ -41,6 +49,16 @@ class ManagerInterface(DbusInterfaceCommonAsync, interface_name=MANAGER_IFACE):
     async def load_unit(self, name: str) -> str:
         raise NotImplementedError
 
+    @dbus_method_async("ssa(sv)a(sa(sv))", "o")
+    async def start_transient_unit(
+        self, name: str, mode: str, properties: list[Property], aux: list[tuple[str, list[Property]]]
+    ) -> str:
+        raise NotImplementedError
+
+    @dbus_method_async("asas", "a(ssssssouso)")
+    async def list_units_by_patterns(self, states: list[str], patterns: list[str]) -> list[UnitRow]:
+        raise NotImplementedError
+
     @dbus_method_async("s")
     async def reset_failed_unit(self, name: str) -> None:
         raise NotImplementedError
@@ -51,6 +69,16 @@ class ManagerInterface(DbusInterfaceCommonAsync, interface_name=MANAGER_IFACE):
 
     @dbus_signal_async("uoss")
     def job_removed(self) -> tuple[int, str, str, str]:
+        raise NotImplementedError
+
+
+class TimerInterface(DbusInterfaceCommonAsync, interface_name="org.freedesktop.systemd1.Timer"):
+    @dbus_property_async("t", property_name="NextElapseUSecRealtime")
+    def next_elapse_realtime(self) -> int:
+        raise NotImplementedError
+
+    @dbus_property_async("t", property_name="LastTriggerUSec")
+    def last_trigger(self) -> int:
         raise NotImplementedError
 
 

@@ -13,6 +13,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
+from daemon.core.command import k25_command
+
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
 COPIED_UNITS = (
@@ -63,11 +65,6 @@ def free_port() -> int:
         s.bind(("127.0.0.1", 0))
         port: int = s.getsockname()[1]
         return port
-
-
-def k25_command() -> list[str]:
-    exe = Path(sys.executable).parent / "k25-ctl"
-    return [str(exe)] if exe.exists() else [sys.executable, "-m", "daemon.cli"]
 
 
 def render_unit(text: str, config: Path, root: Path, binds: tuple[Path, ...] = ()) -> str:

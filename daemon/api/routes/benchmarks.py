@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from fastapi import Query, Response
+from fastapi import Path, Query, Response
 
-from daemon.api.bench_schemas import BenchmarkOut, CompareOut, ExperimentOut
+from daemon.api.bench_schemas import BenchmarkOut, CompareOut, ExperimentOut, ScheduleOut
 from daemon.api.routes.common import ACCEPTED, Ctl, Limit, RunId, located, reads, writes
 from daemon.api.schemas import AcceptedOut
 from daemon.benchmark.experiments import ExperimentRequest
@@ -14,6 +14,7 @@ from daemon.benchmark.spec import BenchmarkSpec
 from daemon.core.jsontypes import VllmSummary
 
 read = reads("benchmarks")
+ScheduleId = Annotated[int, Path(ge=1, le=2**31, description="a schedule's id")]
 write = writes("benchmarks")
 
 
@@ -42,8 +43,37 @@ async def export_benchmark(run_id: RunId, c: Ctl) -> list[VllmSummary]:
 
 
 @write.post("/experiments", status_code=202, responses=ACCEPTED)
-async def start_experiment(req: ExperimentRequest, c: Ctl, response: Response) -> AcceptedOut:
-    return located(await c.bench.start_experiment(req), response, "/experiments")
+async def start_experiment(
+    req: ExperimentRequest,
+    c: Ctl,
+    response: Response,
+    at: Annotated[
+        str | None, Query(max_length=200, description="OnCalendar= or +10min: a systemd timer")
+    ] = None,
+    max_running: Annotated[int | None, Query(ge=0, description="with at: skip if it serves more")] = None,
+) -> AcceptedOut | ScheduleOut:
+    """Now (its run), or `at` a time of low traffic: a transient systemd timer (its schedule)."""
+    if at is None:
+        return located(await c.bench.start_experiment(req), response, "/experiments")
+    out = await c.bench.schedule_experiment(req, at, max_running)
+    response.headers["Location"] = f"/schedules/{out.id}"
+    return out
+
+
+@read.get("/schedules")
+async def schedules(c: Ctl) -> list[ScheduleOut]:
+    return await c.bench.list_schedules()
+
+
+@write.delete("/schedules/{schedule_id}", status_code=204)
+async def cancel_schedule(schedule_id: ScheduleId, c: Ctl) -> None:
+    await c.bench.cancel_schedule(schedule_id)
+
+
+@write.post("/schedules/{schedule_id}/fire", status_code=202)
+async def fire_schedule(schedule_id: ScheduleId, c: Ctl) -> AcceptedOut:
+    """What the schedule's timer runs: the experiment's run, or a `skipped` run saying why not."""
+    return await c.bench.fire_schedule(schedule_id)
 
 
 @read.get("/experiments")
