@@ -73,6 +73,14 @@ def test_page_activate_with_live_progress(page: Any, api: Api, sandbox: SandboxI
                    return row && row.children[3].textContent === 'active'; }""",
         timeout=15000,
     )
+    # The switch left a serving host: its row says what the clients saw (out of rotation, drained, 0 cut).
+    cost = page.evaluate(
+        """() => Array.from(document.querySelectorAll('#runs tr'))
+                 .find((tr) => tr.children[1] && tr.children[1].textContent === 'switch').children[7].textContent"""
+    )
+    assert cost.startswith("out "), cost
+    assert "drained" in cost, cost
+    assert cost.endswith("0 cut"), cost
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     shot = ARTIFACTS / "web-status-page.png"
     page.screenshot(path=str(shot), full_page=True)
