@@ -18,7 +18,7 @@ from daemon.api.services import HostPorts
 from daemon.core.settings import Settings
 from daemon.host.gpu import NoGpus
 from daemon.sandbox.fake_http import FakeConfig, build_app
-from tests.api.fakes import FakeJournal, FakeProber, FakeSystemd, fake_teardown
+from tests.api.fakes import FakeJournal, FakeProber, FakeSystemd, FakeTimers, fake_teardown
 from tests.waiting import eventually
 
 PROFILE = 'engine = "vllm"\nmodel = "/m"\nport = {port}\ntensor_parallel_size = 1\ngpus = [0]\nprobe_timeout_s = 5\n'
@@ -87,6 +87,7 @@ async def running_env(tmp_path: Path, **overrides: object) -> AsyncIterator[Env]
     }
     systemd = FakeSystemd(journal, units)
     prober = FakeProber(systemd)
+    timers = FakeTimers()
 
     # The benchmark's requests go to a fake vLLM in-process (k=3 drafts, half of them accepted).
     engine = build_app(FakeConfig("vllm", "m", rate=5000.0, spec_tokens=3, acceptance=0.5, warmup_s=0.0,
@@ -103,6 +104,7 @@ async def running_env(tmp_path: Path, **overrides: object) -> AsyncIterator[Env]
             teardown=fake_teardown(),
             prober=prober,
             bench_http=bench_http,
+            timers=timers,
         )
 
     app = create_app(settings, ports)

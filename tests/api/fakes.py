@@ -19,6 +19,7 @@ from daemon.host.procs import ProcInfo
 from daemon.host.shm import ShmEntry
 from daemon.host.signals import PidfdControl
 from daemon.host.systemd import JobOutcome, UnitState
+from daemon.host.timers import TimerSpec, TimerState
 from daemon.teardown.execute import Teardown
 from daemon.teardown.plan import TeardownPolicy
 
@@ -218,3 +219,20 @@ def fake_teardown(gpus: GpuView | None = None) -> Teardown:
     policy = TeardownPolicy("/dev/nvidia*", ("VLLM::*",), ("psm_*",), ())
     return Teardown(NoProcs(), gpus or NoGpus(), NoShm(), PidfdControl(), policy, term_grace_s=1, kill_grace_s=1,
                     verify_timeout_s=1, verify_samples=1, slack_mib=0)  # fmt: skip
+
+
+class FakeTimers:
+    """Transient timers as systemd keeps them (fired only when a test calls the schedule's fire)."""
+
+    def __init__(self) -> None:
+        self.units: dict[str, TimerSpec] = {}
+
+    async def create(self, spec: TimerSpec) -> None:
+        self.units[f"{spec.name}.timer"] = spec
+
+    async def timers(self, pattern: str) -> list[TimerState]:
+        return [TimerState(unit, "active", 4_102_444_800_000_000) for unit in self.units]
+
+    async def remove(self, unit: str) -> None:
+        if self.units.pop(unit, None) is None:
+            raise UnitNotFound(f"unit {unit} not found")
