@@ -99,6 +99,11 @@ class ScheduleOut(BaseModel):
     request: StoredJson
 
 
+class ScheduleCancelOut(BaseModel):
+    id: int
+    cancelled: bool = True
+
+
 class CompareOut(BaseModel):
     baseline: str
     spec_hash: str | None

@@ -26,7 +26,8 @@ async def test_at_makes_a_timer_that_calls_the_daemon_back(env: Env) -> None:
     assert cal.json()["id"] == 2
     listed = (await c.get("/schedules")).json()
     assert [(s["id"], s["at"]) for s in listed] == [(1, "+10min"), (2, "Sat 03:00")]
-    assert (await c.delete("/schedules/2", headers=env.auth)).status_code == 204
+    gone = await c.delete("/schedules/2", headers=env.auth)
+    assert (gone.status_code, gone.json()) == (200, {"id": 2, "cancelled": True})
     assert [s["id"] for s in (await c.get("/schedules")).json()] == [1]
     assert (await c.delete("/schedules/2", headers=env.auth)).status_code == 404
 

@@ -6,7 +6,7 @@ from typing import Annotated
 
 from fastapi import Path, Query, Response
 
-from daemon.api.bench_schemas import BenchmarkOut, CompareOut, ExperimentOut, ScheduleOut
+from daemon.api.bench_schemas import BenchmarkOut, CompareOut, ExperimentOut, ScheduleCancelOut, ScheduleOut
 from daemon.api.routes.common import ACCEPTED, Ctl, Limit, RunId, located, reads, writes
 from daemon.api.schemas import AcceptedOut
 from daemon.benchmark.experiments import ExperimentRequest
@@ -65,9 +65,11 @@ async def schedules(c: Ctl) -> list[ScheduleOut]:
     return await c.bench.list_schedules()
 
 
-@write.delete("/schedules/{schedule_id}", status_code=204)
-async def cancel_schedule(schedule_id: ScheduleId, c: Ctl) -> None:
+@write.delete("/schedules/{schedule_id}")
+async def cancel_schedule(schedule_id: ScheduleId, c: Ctl) -> ScheduleCancelOut:
+    """Its timer stopped (systemd drops a stopped transient unit) and its request removed."""
     await c.bench.cancel_schedule(schedule_id)
+    return ScheduleCancelOut(id=schedule_id)
 
 
 @write.post("/schedules/{schedule_id}/fire", status_code=202)
