@@ -129,3 +129,35 @@ async def test_a_switch_from_idle_has_no_drain_and_no_downtime(env: Env) -> None
     run = await _activate(env, "alpha")
     assert run["outcome"] == "active"
     assert run["switch_cost"] is None
+
+
+async def test_a_profile_with_drain_false_is_stopped_at_once(env: Env) -> None:
+    assert (await _activate(env, "baseline"))["outcome"] == "active"
+    path = env.settings.profiles_path / "baseline.toml"
+    path.write_text(path.read_text() + "drain = false\n")  # read afresh by the next switch
+    assert (await env.client.post("/profiles/reload", headers=env.auth)).status_code == 200
+    assert (await _activate(env, "baseline", force=True))["outcome"] == "active"  # serves the new file
+    env.prober.metrics["baseline"] = _load(1)
+    run = await _activate(env, "alpha")
+    assert "draining" not in [e["phase"] for e in run["events"]]
+    assert (run["switch_cost"]["drain_s"], run["switch_cost"]["drain_cut"]) == (None, 1)
+
+
+async def test_an_isolated_benchmark_takes_the_host_out_of_rotation(env: Env) -> None:
+    c = env.client
+    assert (await _activate(env, "baseline"))["outcome"] == "active"
+    spec = {"concurrency": [1], "num_prompts": 2, "max_tokens": 3000, "warmups": 0}  # ~1.2 s at 5000 tok/s
+    run_id = (await c.post("/benchmarks", params={"isolate": True}, json=spec, headers=env.auth)).json()[
+        "run_id"
+    ]
+
+    async def out() -> Any:
+        r = await c.get("/ready")
+        return r.json() if r.status_code == 503 else None
+
+    assert (await eventually(out, what="out of rotation"))["reason"] == f"benchmark {run_id}"
+    assert (await wait_run(env, run_id))["outcome"] == "ok"
+    assert (await c.get("/ready")).status_code == 200
+    plain = (await c.post("/benchmarks", json=spec, headers=env.auth)).json()["run_id"]
+    assert (await c.get("/ready")).status_code == 200  # a plain benchmark keeps the host in rotation
+    await wait_run(env, plain)
