@@ -195,7 +195,16 @@ def write_tree(
         for f in sorted(extra_profiles.glob("*.toml")):
             shutil.copy(f, etc / "profiles.d" / f.name)
     config = etc / "k25-ctl.toml"
-    values = {
+    values = _daemon_settings(root, port) | (settings or {})  # values as TOML text
+    config.write_text("".join(f"{k} = {v}\n" for k, v in values.items()))
+    write_units(root, config, binds)
+    return ports
+
+
+def _daemon_settings(root: Path, port: int) -> dict[str, str]:
+    """The sandbox daemon's settings (TOML values as text), at a test's pace where production waits."""
+    etc, state, dev = root / "etc", root / "state", root / "dev"
+    return {
         "config_dir": json.dumps(str(etc)),
         "state_dir": json.dumps(str(state)),
         "engine_cache_dir": json.dumps(str(root / "engine-cache")),
@@ -214,7 +223,4 @@ def write_tree(
         "watch_interval_s": "1",
         "stall_s": "4",
         "restart_backoff_s": "0.5",
-    } | (settings or {})  # values as TOML text
-    config.write_text("".join(f"{k} = {v}\n" for k, v in values.items()))
-    write_units(root, config, binds)
-    return ports
+    }
