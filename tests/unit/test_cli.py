@@ -27,3 +27,13 @@ def test_check_profiles_output_through_head(stock_profiles: Path, tmp_path: Path
                        capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
     assert p.stdout.startswith("ok ")
     assert "Traceback" not in p.stderr
+
+
+def test_check_profiles_notes_the_service_port(stock_profiles: Path, tmp_path: Path) -> None:
+    config = tmp_path / "k25-ctl.toml"
+    config.write_text("service_port = 8000\n")
+    env = dict(os.environ, K25_CONFIG=str(config))
+    p = subprocess.run([K25, "check-profiles", "--dir", str(stock_profiles), "--no-paths"],
+                       capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
+    assert p.returncode == 0, p.stderr
+    assert "note: service_port = 8000: every engine listens on it" in p.stdout

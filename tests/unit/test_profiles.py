@@ -130,3 +130,20 @@ def test_hash_and_default_unit(tmp_path: Path) -> None:
 def test_missing_directory_is_reported_not_raised(tmp_path: Path) -> None:
     result = load_profiles(tmp_path / "absent")
     assert result.valid == {}
+
+
+def test_service_port_puts_every_engine_on_one_port(tmp_path: Path) -> None:
+    _write(tmp_path, "a", GOOD.format(model="/m", port=9000))
+    _write(tmp_path, "b", GOOD.format(model="/m", port=9001))
+    _write(tmp_path, "c", GOOD.format(model="/m", port=9000) + 'command = ["serve", "--port", "{port}"]\n')
+    result = load_profiles(tmp_path, service_port=8000)
+    assert sorted(result.valid) == ["a", "b", "c"]  # the same port is no clash: one engine at a time
+    assert {lp.profile.port for lp in result.valid.values()} == {8000}
+    from daemon.engines import engine_for
+
+    a, c = result.valid["a"].profile, result.valid["c"].profile
+    assert engine_for(a).argv(a)[engine_for(a).argv(a).index("--port") + 1] == "8000"
+    assert engine_for(c).argv(c) == ["serve", "--port", "8000"]  # {port} in a command
+    without = load_profiles(tmp_path)
+    assert without.valid["b"].profile.port == 9001  # without it, each its own
+    assert "c" not in without.valid  # and the same port is a clash
