@@ -35,6 +35,13 @@ class WarmMode(enum.StrEnum):
     ALWAYS = "always"
 
 
+class ParkMode(enum.StrEnum):
+    """How an engine gives its GPU memory back while its process stays (parking)."""
+
+    SLEEP = "sleep"  # vLLM's sleep mode (/sleep, /wake_up, /is_sleeping)
+    RELEASE = "release"  # SGLang's memory saver (/release_memory_occupation, /resume_memory_occupation)
+
+
 class SpeculativeConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -87,6 +94,13 @@ class Profile(BaseModel):
     warm: WarmMode = WarmMode.OFF
     # Before this profile's engine is stopped, it drains: out of rotation, then its requests finish.
     drain: bool = True
+    # Parking: switched away from, the engine sleeps instead of stopping (its process, CUDA graphs and
+    # compile caches stay; weights go to host RAM at level 1); what it may still hold per GPU; and whether
+    # its dev endpoints may listen on a non-loopback address.
+    park: ParkMode | None = None
+    park_level: int = Field(default=1, ge=1, le=2)
+    park_residual_mib: int = Field(default=6144, ge=0)
+    park_expose_ok: bool = False
 
     @field_validator("name")
     @classmethod

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from daemon.core.jsontypes import RequestBody
+from daemon.core.profiles import ParkMode
 
 # The safetensors loader's tqdm bar, printed by both engines' rank 0:
 # `{desc}: {percentage:3.0f}% Completed | {n}/{total} [...]`, with or without a `(Worker pid=..)` prefix.
@@ -135,6 +136,19 @@ def ratio(num: float | None, den: float | None) -> float | None:
     return num / den
 
 
+LOOPBACK = ("127.0.0.1", "::1", "localhost")
+
+
+@dataclass(frozen=True)
+class ParkCalls:
+    """An engine's parking endpoints: POST `sleep` (frees GPU memory), POST `wake`, and GET `sleeping`
+    (JSON {"is_sleeping": bool}) where the engine can say so."""
+
+    sleep: str
+    wake: str
+    sleeping: str | None = None
+
+
 @dataclass(frozen=True)
 class StageRule:
     """One load stage the engine reports in its log: a line with its duration (`secs` group), or the
@@ -160,6 +174,24 @@ class Engine(ABC):
     noise_res: tuple[re.Pattern[str], ...] = ()  # known harmless lines that match an error pattern
     stage_rules: tuple[StageRule, ...] = ()  # where a load's time goes, as the engine prints it
     cache_env: tuple[tuple[str, str], ...] = ()  # (variable, folder under the cache root) of its caches
+    park_mode: ParkMode | None = None  # how it parks, if it can
+
+    def park_calls(self, profile: Profile) -> ParkCalls | None:
+        """The HTTP calls that park and wake it (None: it cannot park)."""
+        return None
+
+    def park_problems(self, profile: Profile) -> list[tuple[str, str]]:
+        """Why the profile's `park` settings cannot work with this engine (key, message)."""
+        if profile.park is None:
+            return []
+        if profile.park is not self.park_mode:
+            can = f"park = {self.park_mode.value!r}" if self.park_mode else "no parking"
+            return [("park", f"engine {self.name!r} supports {can}, not {profile.park.value!r}")]
+        if profile.host not in LOOPBACK and not profile.park_expose_ok:
+            why = (f"a parkable engine opens its sleep/wake endpoints on {profile.host}, to the network: "
+                   "bind it to 127.0.0.1, or say park_expose_ok = true")  # fmt: skip
+            return [("park_expose_ok", why)]
+        return []
 
     def argv(self, profile: Profile) -> list[str]:
         """The command line the unit execs: the profile's `command` (with `{port}` replaced by the port it

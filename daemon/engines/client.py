@@ -12,6 +12,7 @@ from typing import Protocol
 import httpx
 
 from daemon.core.errors import K25Error
+from daemon.core.jsontypes import ForeignJson
 from daemon.core.profiles import Profile
 from daemon.engines.base import Engine
 
@@ -40,6 +41,8 @@ class EnginePort(Protocol):
     async def health(self, profile: Profile, engine: Engine, *, timeout_s: float = 5.0) -> int | None: ...
     async def scrape(self, profile: Profile, engine: Engine, *, timeout_s: float = 5.0) -> dict[str, str]: ...
     async def generate(self, profile: Profile, engine: Engine, progress: ProbeProgress) -> int: ...
+    async def call(self, profile: Profile, path: str, *, timeout_s: float) -> int | None: ...
+    async def read_json(self, profile: Profile, path: str) -> ForeignJson | None: ...
     async def aclose(self) -> None: ...
 
 
@@ -60,6 +63,23 @@ class Prober:
         except httpx.TimeoutException:
             return 504
         return r.status_code
+
+    async def call(self, profile: Profile, path: str, *, timeout_s: float) -> int | None:
+        """POST one of the engine's control endpoints (parking's); its status, None when it did not answer."""
+        try:
+            r = await self._client.post(profile.base_url + path, json={}, timeout=timeout_s)
+        except httpx.HTTPError:
+            return None
+        return r.status_code
+
+    async def read_json(self, profile: Profile, path: str) -> ForeignJson | None:
+        """GET a JSON object from the engine (`/is_sleeping`); None when it did not answer one."""
+        try:
+            r = await self._client.get(profile.base_url + path, timeout=10.0)
+            data = r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
 
     async def scrape(self, profile: Profile, engine: Engine, *, timeout_s: float = 5.0) -> dict[str, str]:
         """The bodies of the engine's scrape paths that answered 200 (none while it is down)."""

@@ -22,5 +22,8 @@ class CustomEngine(Engine):
     def version_path(self) -> str | None:
         return None  # nothing known about it
 
+    def check(self, profile: Profile) -> list[tuple[str, str]]:
+        return self.park_problems(profile)  # it cannot park: nothing is known of its endpoints
+
 
 ENGINE = CustomEngine()

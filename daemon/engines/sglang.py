@@ -8,10 +8,12 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from daemon.core.jsontypes import ForeignJson
+from daemon.core.profiles import ParkMode
 from daemon.engines.base import (
     COMMON_SHM_PATTERNS,
     Engine,
     MetricsSnapshot,
+    ParkCalls,
     Readiness,
     StageRule,
     UsageDelta,
@@ -61,8 +63,15 @@ LINE_READY = "The server is fired up and ready to roll!"
 SHM_NAME = "sgl_shm_{token}"
 
 
+# The memory saver (SGLang's server args and HTTP API): release and resume the GPU memory it occupies.
+FLAG_MEMORY_SAVER = "--enable-memory-saver"
+PATH_RELEASE = "/release_memory_occupation"
+PATH_RESUME = "/resume_memory_occupation"
+
+
 class SglangEngine(Engine):
     name = "sglang"
+    park_mode = ParkMode.RELEASE
     process_titles = ("sglang::*",)
     front_end_titles = ("*sglang.launch_server*",)
     shm_patterns = (*COMMON_SHM_PATTERNS, "sem.loky-*", "sgl_shm_*", "multi_tokenizer_args_*")
@@ -118,13 +127,23 @@ class SglangEngine(Engine):
                 "--speculative-num-draft-tokens",
                 str(spec.draft_tokens_per_step),
             ]
+        if profile.park is not None:
+            argv.append(FLAG_MEMORY_SAVER)
         return argv + profile.extra_args
 
+    def park_calls(self, profile: Profile) -> ParkCalls | None:
+        return ParkCalls(PATH_RELEASE, PATH_RESUME) if profile.park is not None else None
+
     def check(self, profile: Profile) -> list[tuple[str, str]]:
+        problems = self.park_problems(profile)
+        if profile.park_level != 1:
+            problems.append(("park_level", "SGLang releases its memory one way: park_level applies to vLLM"))
         spec = profile.speculative
         if spec is not None and spec.method not in SPEC_ALGORITHMS:
-            return [("speculative.method", f"SGLang supports {sorted(SPEC_ALGORITHMS)}, not {spec.method!r}")]
-        return []
+            problems.append(
+                ("speculative.method", f"SGLang supports {sorted(SPEC_ALGORITHMS)}, not {spec.method!r}")
+            )
+        return problems
 
     def readiness(self, status: int | None) -> Readiness:
         # Recent builds answer 503 from /health until the warm-up generation succeeded.

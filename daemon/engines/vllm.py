@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from daemon.core.profiles import ParkMode
 from daemon.engines.base import (
     COMMON_SHM_PATTERNS,
     Engine,
     MetricsSnapshot,
+    ParkCalls,
     Readiness,
     StageRule,
     UsageDelta,
@@ -52,8 +55,17 @@ LINE_SERVER = "Starting vLLM server on http://{host}:{port}"
 SHM_NAME = "psm_{token}"
 
 
+# Sleep mode (docs.vllm.ai features/sleep_mode): the flag, and the dev endpoints it needs exposed.
+FLAG_SLEEP_MODE = "--enable-sleep-mode"
+ENV_DEV_MODE = "VLLM_SERVER_DEV_MODE"
+PATH_SLEEP = "/sleep?level={level}"
+PATH_WAKE = "/wake_up"
+PATH_IS_SLEEPING = "/is_sleeping"
+
+
 class VllmEngine(Engine):
     name = "vllm"
+    park_mode = ParkMode.SLEEP
     process_titles = ("VLLM::*",)
     front_end_titles = (
         "vllm serve *",
@@ -110,20 +122,41 @@ class VllmEngine(Engine):
             if spec.draft_tensor_parallel_size is not None:
                 config["draft_tensor_parallel_size"] = spec.draft_tensor_parallel_size
             argv += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
+        if profile.park is not None:
+            argv.append(FLAG_SLEEP_MODE)
         return argv + profile.extra_args
 
+    def environment(self, profile: Profile, cache_root: Path | None = None) -> dict[str, str]:
+        park = {ENV_DEV_MODE: "1"} if profile.park is not None else {}  # /sleep is a dev endpoint
+        return park | super().environment(profile, cache_root)
+
+    def park_calls(self, profile: Profile) -> ParkCalls | None:
+        if profile.park is None:
+            return None
+        return ParkCalls(PATH_SLEEP.format(level=profile.park_level), PATH_WAKE, PATH_IS_SLEEPING)
+
+    def park_problems(self, profile: Profile) -> list[tuple[str, str]]:
+        problems = super().park_problems(profile)
+        if profile.park_level == 2 and profile.speculative is not None:
+            # Level 2 discards the weights; with a drafter the wake is unsafe (vLLM issues).
+            why = (
+                "level 2 is refused for speculative profiles: with EAGLE-3 and CUDA graphs the first "
+                "generation after wake hits an illegal memory access (vllm-project/vllm#55013), and the "
+                "draft model's weights are not reloaded, so acceptance drops to 0 (#52479): "
+                "use park_level = 1"
+            )
+            problems.append(("park_level", why))
+        return problems
+
     def check(self, profile: Profile) -> list[tuple[str, str]]:
+        problems = self.park_problems(profile)
         spec = profile.speculative
         if spec is None or spec.draft_tensor_parallel_size is None:
-            return []
+            return problems
         if spec.draft_tensor_parallel_size not in (1, profile.tensor_parallel_size):
-            return [
-                (
-                    "speculative.draft_tensor_parallel_size",
-                    f"vLLM accepts 1 or the target's TP ({profile.tensor_parallel_size})",
-                )
-            ]
-        return []
+            why = f"vLLM accepts 1 or the target's TP ({profile.tensor_parallel_size})"
+            problems.append(("speculative.draft_tensor_parallel_size", why))
+        return problems
 
     def readiness(self, status: int | None) -> Readiness:
         # HTTP is not served while loading; once up, /health is 200, or 503 when the engine died.

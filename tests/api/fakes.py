@@ -141,6 +141,9 @@ class FakeProber:
         self.gate.set()
         self.broken: set[str] = set()
         self.metrics: dict[str, str] = {}  # profile -> its /metrics text
+        self.calls: list[tuple[str, str]] = []  # control endpoints posted (parking)
+        self.call_status: int | None = 200
+        self.json_answers: dict[tuple[str, str], dict[str, object]] = {}
         # profile -> texts served one per scrape, in order, before `metrics` (a test drives each scrape)
         self.scripted: dict[str, collections.deque[str]] = {}
 
@@ -164,6 +167,13 @@ class FakeProber:
             raise ProbeFailed("probe completion answered HTTP 500")
         progress.chunks += 1
         return 1
+
+    async def call(self, profile: Profile, path: str, *, timeout_s: float) -> int | None:
+        self.calls.append((profile.name, path))
+        return self.call_status
+
+    async def read_json(self, profile: Profile, path: str) -> dict[str, object] | None:
+        return self.json_answers.get((profile.name, path))
 
     async def aclose(self) -> None:
         return None

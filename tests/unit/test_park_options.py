@@ -1,0 +1,70 @@
+"""Parking's profile options (groundwork for the parking issue): each engine's own flag, environment and
+endpoints, and the settings refused at validation with the engine issues that make them unsafe."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from daemon.core.profiles import ParkMode
+from daemon.engines import engine_for
+from daemon.engines.base import ParkCalls
+from daemon.engines.checks import load_checked_profiles
+
+BASE = 'engine = "{engine}"\nmodel = "/m"\nport = {port}\ntensor_parallel_size = 1\ngpus = [0]\n'
+SPEC = '\n[speculative]\ndraft_model = "/d"\nnum_speculative_tokens = 3\n'
+
+
+def _load(tmp_path: Path, **files: str) -> tuple[dict[str, object], dict[str, str]]:
+    for i, (name, text) in enumerate(files.items()):
+        (tmp_path / f"{name}.toml").write_text(text.replace("{port}", str(9000 + i)))
+    result = load_checked_profiles(tmp_path)
+    return dict(result.valid), {bad.name: str(bad) for bad in result.invalid}
+
+
+def test_each_engine_parks_its_own_way(tmp_path: Path) -> None:
+    valid, invalid = _load(
+        tmp_path,
+        v=BASE.format(engine="vllm", port="{port}") + 'park = "sleep"\n',
+        v2=BASE.format(engine="vllm", port="{port}") + 'park = "sleep"\npark_level = 2\n',
+        s=BASE.format(engine="sglang", port="{port}") + 'park = "release"\n',
+        plain=BASE.format(engine="vllm", port="{port}"),
+    )
+    assert invalid == {}
+    v, v2, s, plain = (valid[n].profile for n in ("v", "v2", "s", "plain"))  # type: ignore[attr-defined]
+    assert (v.park, v.park_level, v.park_residual_mib) == (ParkMode.SLEEP, 1, 6144)
+    assert "--enable-sleep-mode" in engine_for(v).argv(v)
+    assert engine_for(v).environment(v)["VLLM_SERVER_DEV_MODE"] == "1"
+    assert engine_for(v).park_calls(v) == ParkCalls("/sleep?level=1", "/wake_up", "/is_sleeping")
+    assert engine_for(v2).park_calls(v2) == ParkCalls("/sleep?level=2", "/wake_up", "/is_sleeping")
+    assert "--enable-memory-saver" in engine_for(s).argv(s)
+    assert engine_for(s).park_calls(s) == ParkCalls("/release_memory_occupation", "/resume_memory_occupation")
+    # Without park: none of it (the dev endpoints stay closed).
+    assert "--enable-sleep-mode" not in engine_for(plain).argv(plain)
+    assert "VLLM_SERVER_DEV_MODE" not in engine_for(plain).environment(plain)
+    assert engine_for(plain).park_calls(plain) is None
+
+
+def test_unsafe_or_impossible_parking_is_refused_with_the_reason(tmp_path: Path) -> None:
+    _, invalid = _load(
+        tmp_path,
+        spec2=BASE.format(engine="vllm", port="{port}") + 'park = "sleep"\npark_level = 2\n' + SPEC,
+        wrong=BASE.format(engine="sglang", port="{port}") + 'park = "sleep"\n',
+        exposed=BASE.format(engine="vllm", port="{port}") + 'host = "0.0.0.0"\npark = "sleep"\n',
+        custom='engine = "custom"\nmodel = "/m"\nport = {port}\ntensor_parallel_size = 1\ngpus = [0]\n'
+        'command = ["x"]\nhealth_path = "/h"\npark = "sleep"\n',
+    )
+    assert "vllm-project/vllm#55013" in invalid["spec2"]
+    assert "#52479" in invalid["spec2"]
+    assert "key 'park': engine 'sglang' supports park = 'release', not 'sleep'" in invalid["wrong"]
+    assert "key 'park_expose_ok'" in invalid["exposed"]
+    assert "supports no parking" in invalid["custom"]
+
+
+def test_an_operator_may_expose_the_endpoints_knowingly(tmp_path: Path) -> None:
+    text = (
+        BASE.format(engine="vllm", port="{port}")
+        + 'host = "0.0.0.0"\npark = "sleep"\npark_expose_ok = true\n'
+    )
+    valid, invalid = _load(tmp_path, exposed=text)
+    assert invalid == {}
+    assert "exposed" in valid
