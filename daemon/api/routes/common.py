@@ -38,7 +38,7 @@ def read_access(request: Request) -> None:
 Responses = dict[int | str, ForeignJson]  # FastAPI's `responses=` shape (OpenAPI objects)
 
 
-def _errors(*codes: int) -> Responses:
+def errors(*codes: int) -> Responses:
     why = {
         400: "Host header not allowed",
         401: "missing or wrong bearer token",
@@ -56,12 +56,12 @@ COMMON = (400, 401, 413, 422, 503)
 
 def reads(tag: str, prefix: str = "") -> APIRouter:
     return APIRouter(prefix=prefix, tags=[tag], dependencies=[Depends(read_access)],
-                     responses=_errors(*COMMON, 404))  # fmt: skip
+                     responses=errors(*COMMON, 404))  # fmt: skip
 
 
 def writes(tag: str, prefix: str = "") -> APIRouter:
     return APIRouter(prefix=prefix, tags=[tag], dependencies=[Depends(write_access)],
-                     responses=_errors(*COMMON, 404, 409))  # fmt: skip
+                     responses=errors(*COMMON, 404, 409))  # fmt: skip
 
 
 Ctl = Annotated[Controller, Depends(controller)]

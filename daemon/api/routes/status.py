@@ -8,11 +8,11 @@ from fastapi import APIRouter, Query, Request, Response
 from fastapi.responses import JSONResponse, StreamingResponse
 
 from daemon.api.http import SseGate
-from daemon.api.routes.common import Ctl, Responses, reads
+from daemon.api.routes.common import Ctl, Responses, errors, reads
 from daemon.api.schemas import ReadyOut, StatusOut
 
 read = reads("status")
-balancer = APIRouter(tags=["status"])  # no token: a load balancer's health check
+balancer = APIRouter(tags=["status"], responses=errors(400, 422))  # no token: a balancer's health check
 SSE: Responses = {200: {"content": {"text/event-stream": {}}, "description": "server-sent events"}}
 TEXT: Responses = {200: {"content": {"text/plain": {}}, "description": "Prometheus text format"}}
 
