@@ -24,7 +24,16 @@ from daemon.engines import sglang as sg
 from daemon.engines import vllm as vl
 from daemon.host.pagecache import resident_bytes
 from daemon.sandbox.fake_http import FakeConfig, build_app
-from daemon.sandbox.fake_procs import WorkerSpec, log, shm_token, spawn, stop_workers
+from daemon.sandbox.fake_procs import (
+    PARK_SIGNAL,
+    WAKE_SIGNAL,
+    WorkerSpec,
+    log,
+    shm_token,
+    signal_workers,
+    spawn,
+    stop_workers,
+)
 
 FAULTS = (
     "crash-loading",
@@ -34,7 +43,12 @@ FAULTS = (
     "leak-shm",
     "crash-after-ready",
     "hang-after-ready",
+    # Parking's faults, as the engines' trackers report them.
+    "sleep-keeps-memory",  # /sleep answers 200 and the GPU memory stays held (vllm#47654)
+    "wake-fails",  # the wake OOMs (vllm#13941, #34600)
+    "wake-zero-acceptance",  # the drafter's weights are not reloaded: acceptance 0 (vllm#52479)
 )
+PARK_FAULTS = frozenset(FAULTS[-3:])
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -60,6 +74,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--weights", type=Path, help="read this folder's *.safetensors the way a lazy mmap loader does"
     )
+    p.add_argument("--park", action="store_true", help="serve the flavour's sleep/wake endpoints")
+    p.add_argument("--wake-gbps", type=float, default=20.0, help="parking: weights back at this rate")
     p.add_argument("--max-running", type=int, default=0, help="requests run at once; more wait (0: no cap)")
     p.add_argument("--fault", action="append", choices=FAULTS, default=[])
     p.add_argument(
@@ -134,9 +150,9 @@ def _progress(prefix: str, n: int, total: int) -> None:
     log(prefix + line)
 
 
-def _load(args: argparse.Namespace) -> None:
+def _load(args: argparse.Namespace) -> float:
     """The loading phase: progress bar lines over --load-seconds (or while reading --weights); no HTTP is
-    served meanwhile."""
+    served meanwhile. Returns the GiB of weights (a wake brings as many back)."""
     prefix = vl.LOG_PREFIX.format(role="Worker_TP0", pid=os.getpid()) if args.flavor == "vllm" else ""
     if args.flavor == "sglang":
         log(sg.LINE_LOAD_BEGIN.format(mem=139.5))
@@ -163,6 +179,21 @@ def _load(args: argparse.Namespace) -> None:
         )
     else:
         log(sg.LINE_LOAD_END.format(mem=70.2))
+    return gib
+
+
+class _Workers:
+    """Parking: the workers unmap their GPU device files (the simulated GPU frees their memory), and map
+    them again on wake."""
+
+    def __init__(self, pids: list[int]) -> None:
+        self.pids = pids
+
+    def release(self) -> None:
+        signal_workers(self.pids, PARK_SIGNAL)
+
+    def resume(self) -> None:
+        signal_workers(self.pids, WAKE_SIGNAL)
 
 
 class _Server(uvicorn.Server):
@@ -192,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
 
         signal.signal(signal.SIGTERM, on_term)
     try:
-        _load(args)
+        gib = _load(args)
     except SystemExit:
         stop_workers(workers)
         raise
@@ -207,8 +238,11 @@ def main(argv: list[str] | None = None) -> int:
         crash_after=args.fault_after if "crash-after-ready" in args.fault else None,
         hang_after=args.fault_after if "hang-after-ready" in args.fault else None,
         max_running=args.max_running or None,
+        park=args.park,
+        wake_s=gib * 2**30 / (args.wake_gbps * 1e9),
+        park_faults=PARK_FAULTS & set(args.fault),
     )
-    app = build_app(cfg, time.monotonic(), announce_ready=lambda: log(sg.LINE_READY))
+    app = build_app(cfg, time.monotonic(), lambda: log(sg.LINE_READY), _Workers(workers))
     server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=False))
     server.run()
     stop_workers(workers)

@@ -12,6 +12,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.applications import Starlette
@@ -39,6 +40,25 @@ class FakeConfig:
     crash_after: int | None = None  # the engine exits once that many requests have finished
     hang_after: int | None = None  # later requests never get a token; /health stays 200
     max_running: int | None = None  # more requests than this wait (counted as waiting) for a slot
+    # Parking (the engines' sleep/wake endpoints): the wake's time, and faults the real engines show.
+    park: bool = False
+    wake_s: float = 0.0
+    park_faults: frozenset[str] = frozenset()  # sleep-keeps-memory, wake-fails, wake-zero-acceptance
+
+
+class ParkControl(Protocol):
+    """The engine's workers: they give their GPU memory back, and take it again."""
+
+    def release(self) -> None: ...
+    def resume(self) -> None: ...
+
+
+class _NoWorkers:
+    def release(self) -> None:
+        pass
+
+    def resume(self) -> None:
+        pass
 
 
 def _counter(name: str) -> str:
@@ -115,8 +135,10 @@ class Stats:
         return min(1 + accepted, room)
 
 
-def build_app(cfg: FakeConfig, started: float, announce_ready: Callable[[], None]) -> Starlette:
-    server = _FakeServer(cfg, started)
+def build_app(
+    cfg: FakeConfig, started: float, announce_ready: Callable[[], None], workers: ParkControl | None = None
+) -> Starlette:
+    server = _FakeServer(cfg, started, workers or _NoWorkers())
     routes = [
         Route("/health", server.health),
         Route("/v1/models", server.models),
@@ -130,6 +152,8 @@ def build_app(cfg: FakeConfig, started: float, announce_ready: Callable[[], None
             Route(sg.SERVER_INFO_PATH, server.server_info),
             Route("/get_server_info", server.server_info),
         ]
+    if cfg.park:
+        routes += _park_routes(cfg.flavor, server)
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -145,11 +169,25 @@ def build_app(cfg: FakeConfig, started: float, announce_ready: Callable[[], None
     return Starlette(routes=routes, lifespan=lifespan)
 
 
-class _FakeServer:
-    """The engine's HTTP surface: health, models, metrics, version, server info, completions."""
+def _park_routes(flavor: str, server: _FakeServer) -> list[Route]:
+    if flavor == "vllm":
+        return [
+            Route(vl.PATH_SLEEP.split("?")[0], server.sleep, methods=["POST"]),
+            Route(vl.PATH_WAKE, server.wake, methods=["POST"]),
+            Route(vl.PATH_IS_SLEEPING, server.is_sleeping),
+        ]
+    return [
+        Route(sg.PATH_RELEASE, server.sleep, methods=["POST"]),
+        Route(sg.PATH_RESUME, server.wake, methods=["POST"]),
+    ]
 
-    def __init__(self, cfg: FakeConfig, started: float) -> None:
-        self.cfg, self.started = cfg, started
+
+class _FakeServer:
+    """The engine's HTTP surface: health, models, metrics, version, server info, completions, parking."""
+
+    def __init__(self, cfg: FakeConfig, started: float, workers: ParkControl) -> None:
+        self.cfg, self.started, self.workers = cfg, started, workers
+        self.sleeping = False
         self.stats = Stats(cfg)
         self.hang = asyncio.Event()  # never set: the deadlock fault
         self.slots = asyncio.Semaphore(cfg.max_running) if cfg.max_running else None
@@ -212,7 +250,31 @@ class _FakeServer:
             stats.gen.inc(n)
             yield n
 
+    async def sleep(self, _: Request) -> Response:
+        """vLLM's /sleep, SGLang's /release_memory_occupation: the weights leave the GPU (level 1: to host
+        RAM), the KV cache is dropped; the process, its graphs and caches stay."""
+        if not self.sleeping and "sleep-keeps-memory" not in self.cfg.park_faults:  # a real engine's bug
+            await asyncio.to_thread(self.workers.release)
+        self.sleeping = True
+        return JSONResponse({"success": True})
+
+    async def wake(self, _: Request) -> Response:
+        if "wake-fails" in self.cfg.park_faults:
+            return JSONResponse({"error": "CUDA out of memory while waking up"}, status_code=500)
+        if self.sleeping:
+            await asyncio.sleep(self.cfg.wake_s)  # the weights come back from host RAM
+            await asyncio.to_thread(self.workers.resume)
+            if "wake-zero-acceptance" in self.cfg.park_faults:  # the drafter's weights were not reloaded
+                self.cfg.acceptance = 0.0
+        self.sleeping = False
+        return JSONResponse({"success": True})
+
+    async def is_sleeping(self, _: Request) -> Response:
+        return JSONResponse({"is_sleeping": self.sleeping})
+
     async def complete(self, request: Request) -> Response:
+        if self.sleeping:
+            return JSONResponse({"error": "the engine is sleeping"}, status_code=503)
         req = _Completion(self, await request.json(), request.url.path.endswith("/chat/completions"))
         if req.body.get("stream"):
             return StreamingResponse(req.stream(), media_type="text/event-stream")

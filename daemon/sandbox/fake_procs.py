@@ -15,6 +15,14 @@ from pathlib import Path
 import setproctitle
 
 CGROUP_MOUNTS = Path("/sys/fs/cgroup")
+PARK_SIGNAL, WAKE_SIGNAL = signal.SIGUSR1, signal.SIGUSR2
+
+
+def signal_workers(pids: list[int], sig: signal.Signals) -> None:
+    """The engine's own workers (it forked them): park or wake their GPU memory."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, sig)
 
 
 @dataclass
@@ -29,13 +37,19 @@ class WorkerSpec:
     files: list[Path] = field(default_factory=list)
 
 
-def _hold(spec: WorkerSpec) -> list[mmap.mmap]:
-    """Map every device file (as a CUDA context maps /dev/nvidiaN) and create+map the shm files."""
+def _map_devices(spec: WorkerSpec) -> list[mmap.mmap]:
+    """Map every device file, as a CUDA context maps /dev/nvidiaN (the simulated GPU counts its memory)."""
     maps = []
     for dev in spec.devices:
         fd = os.open(dev, os.O_RDWR)
         maps.append(mmap.mmap(fd, 4096))
         os.close(fd)
+    return maps
+
+
+def _hold(spec: WorkerSpec) -> list[mmap.mmap]:
+    """The shm files, created and mapped."""
+    maps = []
     for name in spec.shm_names:
         path = spec.shm_dir / name
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
@@ -71,6 +85,19 @@ def escape_unit_cgroup() -> None:
 def _worker_main(spec: WorkerSpec, lifeline: int) -> None:
     setproctitle.setproctitle(spec.title)
     maps = _hold(spec)
+    devices = _map_devices(spec)
+
+    # Parking: SIGUSR1 gives the GPU memory back (the device mappings go), SIGUSR2 takes it again.
+    def release(_sig: int, _frame: object) -> None:
+        while devices:
+            devices.pop().close()
+
+    def resume(_sig: int, _frame: object) -> None:
+        if not devices:
+            devices.extend(_map_devices(spec))
+
+    signal.signal(PARK_SIGNAL, release)
+    signal.signal(WAKE_SIGNAL, resume)
 
     def on_term(_sig: int, _frame: object) -> None:
         _cleanup(spec)
