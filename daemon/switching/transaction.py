@@ -212,6 +212,8 @@ class Switcher:
             why = "cancelled while draining: nothing was stopped; the engine serves on"
             back = HostAfter(HostState.ACTIVE, serving.profile.name)
             await self.recorder.finish(run_id, Outcome.CANCELLED, detail=why, host=back)
+            if txn.out_at is not None:  # back in rotation: what the balancer saw was the drain
+                await self.recorder.back_in_rotation(run_id, txn.out_at)
             return False
         await self.recorder.event(run_id, Phase.DRAINING, result.describe())
         await self.recorder.drained(run_id, seconds=result.seconds, finished=result.finished, cut=result.cut,

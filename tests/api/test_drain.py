@@ -100,6 +100,7 @@ async def test_cancel_while_draining_leaves_the_engine_serving(env: Env) -> None
     assert env.systemd.states["k25-engine@baseline.service"].active_state == "active"
     assert "k25-engine@alpha.service" not in env.systemd.states  # never started
     assert (await c.get("/ready")).status_code == 200
+    assert (await c.get(f"/runs/{run_id}")).json()["switch_cost"]["downtime_s"] > 0  # the drain, as seen
 
 
 async def test_a_drain_that_times_out_cuts_and_switches(tmp_path: Path) -> None:
