@@ -17,7 +17,16 @@ from daemon.host.gpu import GpuInfo, GpuUnavailable, GpuView
 from daemon.host.procs import ProcessView
 from daemon.host.shm import ShmView
 from daemon.host.signals import ProcessControl, ProcHandle
-from daemon.teardown.plan import Snapshot, Spared, TeardownPlan, TeardownPolicy, Victim, plan, plan_shm
+from daemon.teardown.plan import (
+    Parked,
+    Snapshot,
+    Spared,
+    TeardownPlan,
+    TeardownPolicy,
+    Victim,
+    plan,
+    plan_shm,
+)
 
 
 @dataclass
@@ -170,9 +179,16 @@ async def verify(
     samples: int,
     within_s: float,
     interval_s: float = 0.005,
+    parked: tuple[Parked, ...] = (),
 ) -> VerifyResult:
     """Every GPU in scope: no compute process and used memory within `slack_mib` of its idle baseline, for
-    `samples` consecutive reads. NVML has no event for freed memory, so this one wait samples."""
+    `samples` consecutive reads; a parked engine may keep its processes there and the residual it had
+    when parked, nothing more. NVML has no event for freed memory, so this one wait samples."""
+    kept = frozenset(pid for pk in parked for pid in pk.pids)
+    residual = {
+        i: sum(pk.residual_mib.get(i, 0) for pk in parked)
+        for i in {i for pk in parked for i in pk.residual_mib}
+    }
     began = time.monotonic()
     streak, reads = 0, 0
     checks: list[GpuCheck] = []
@@ -186,7 +202,10 @@ async def verify(
             return VerifyResult(False, [], reads, time.monotonic() - began, unseen)
         checks = [
             GpuCheck(
-                g.index, g.memory_used_mib, idle_mib.get(g.index, 0) + slack_mib, [p.pid for p in g.processes]
+                g.index,
+                g.memory_used_mib,
+                idle_mib.get(g.index, 0) + slack_mib + residual.get(g.index, 0),
+                [p.pid for p in g.processes if p.pid not in kept],
             )
             for g in seen
             if indices is None or g.index in indices
@@ -299,9 +318,10 @@ class Teardown:
         ports: tuple[int, ...] = (),
         *,
         full: bool = True,
+        parked: tuple[Parked, ...] = (),
     ) -> TeardownPlan:
         snap = await self._snapshot(unit_cgroups or {}, managed_units, ports, full=full)
-        return plan(snap, replace(self.policy, gpus=gpus))
+        return plan(replace(snap, parked=parked), replace(self.policy, gpus=gpus))
 
     async def run(
         self,
@@ -309,11 +329,13 @@ class Teardown:
         unit_cgroups: Mapping[str, str] | None = None,
         managed_units: tuple[str, ...] = (),
         ports: tuple[int, ...] = (),
+        parked: tuple[Parked, ...] = (),
     ) -> TeardownReport:
         """`ports`: the TCP ports the next engine needs; a process that holds one and is not an engine
-        makes the teardown refuse before it signals anything."""
+        makes the teardown refuse before it signals anything. `parked`: engines asleep on purpose, spared
+        and allowed their residual."""
         run_began = time.monotonic()
-        p = await self.plan(gpus, unit_cgroups, managed_units, ports, full=False)
+        p = await self.plan(gpus, unit_cgroups, managed_units, ports, full=False, parked=parked)
         planned = time.monotonic() - run_began
         if p.is_refused:
             names = ", ".join(f"{v.pid} ({v.title})" for v in p.refused)
@@ -345,6 +367,7 @@ class Teardown:
                 slack_mib=self.slack_mib,
                 samples=self.verify_samples,
                 within_s=self.verify_timeout_s,
+                parked=parked,
             ),
             clean_shm(self.shm, self.policy.shm_patterns, report),
         )

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
@@ -20,6 +20,16 @@ NVML_READER = "an NVML reader: GPU control devices only, no GPU context, no /dev
 
 
 @dataclass(frozen=True)
+class Parked:
+    """An engine parked on purpose (asleep, its process kept for a fast wake): never a victim, and what
+    it may still hold on each GPU when the teardown verifies."""
+
+    reason: str  # e.g. "parked profile baseline (sleeping since 03:12)"
+    pids: frozenset[int]
+    residual_mib: Mapping[int, int] = field(default_factory=dict)  # GPU index -> MiB
+
+
+@dataclass(frozen=True)
 class Snapshot:
     processes: list[ProcInfo]
     gpus: list[GpuInfo]
@@ -29,6 +39,7 @@ class Snapshot:
     managed_units: tuple[str, ...] = ()  # every managed engine unit's name
     gpu_error: str | None = None  # NVML could not be read: the plan goes without GPU contexts
     listeners: dict[int, list[int | None]] = field(default_factory=dict)  # port the next engine needs -> PIDs
+    parked: tuple[Parked, ...] = ()  # engines asleep on purpose: spared
 
 
 @dataclass(frozen=True)
@@ -101,6 +112,8 @@ def _device_index(path: str) -> int | None:
 
 
 def _protection(p: ProcInfo, snap: Snapshot, ancestors: set[int], policy: TeardownPolicy) -> str | None:
+    if parked := next((pk.reason for pk in snap.parked if p.pid in pk.pids), None):
+        return parked
     if p.pid == 1:
         return "PID 1"
     if p.pid == snap.self_pid:

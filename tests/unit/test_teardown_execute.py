@@ -21,7 +21,7 @@ from daemon.host.procs import ProcfsProcesses
 from daemon.host.shm import DevShm
 from daemon.host.signals import PidfdControl
 from daemon.teardown.execute import Teardown, execute, verify
-from daemon.teardown.plan import TeardownPolicy
+from daemon.teardown.plan import Parked, TeardownPolicy
 from tests.api.fakes import BrokenNvml
 
 CHILD = """
@@ -226,3 +226,33 @@ def test_nvml_that_cannot_start_raises(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(pynvml, "nvmlInit", fail)
     with pytest.raises(GpuUnavailable, match="NVML cannot be initialised"):
         NvmlGpus().gpus()
+
+
+async def test_a_parked_engine_is_spared_and_allowed_its_residual(world: World) -> None:
+    tag, dev, shm, start = world.tag, world.dev, world.shm, world.start
+    parked = start(f"{tag}::Worker_TP0", str(dev / "nvidia0"))  # asleep on purpose, still mapping GPU 0
+    other = start(f"{tag}::Worker_TP1", str(dev / "nvidia0"))  # the engine being switched away from
+    procs = ProcfsProcesses()
+    glob = f"{dev}/nvidia*"
+    gpus = SimulatedGpus(procs, glob, count=2, total_mib=1000, holder_mib=300, idle_mib=4)
+    policy = TeardownPolicy(glob, (f"{tag}::*",), ("psm_*",), ())
+    teardown = Teardown(procs, gpus, DevShm(shm), PidfdControl(), policy, term_grace_s=2, kill_grace_s=5,
+                        verify_timeout_s=1, verify_samples=2, slack_mib=16)  # fmt: skip
+    keep = Parked("parked profile baseline (sleeping since 03:12)", frozenset({parked.pid}), {0: 300})
+    plan = await teardown.plan((0,), parked=(keep,))
+    assert [v.pid for v in plan.victims] == [other.pid]
+    spared = {s.pid: s.reason for s in plan.spared}
+    assert spared[parked.pid].startswith("parked profile baseline (sleeping since 03:12)")
+    report = await teardown.run((0,), parked=(keep,))
+    assert report.ok, report.error
+    assert other.wait(timeout=5) is not None
+    assert parked.poll() is None  # it sleeps on
+    assert report.verify is not None
+    assert report.verify.gpus[0].limit_mib == 16 + 300  # slack + the parked residual (no idle sample yet)
+    # More than it held when parked (it grew, or never released): not clean.
+    tight = Parked(keep.reason, keep.pids, {0: 100})
+    grown = await verify(gpus, (0,), idle_mib={0: 4}, slack_mib=16, samples=1, within_s=0.2, parked=(tight,))
+    assert not grown.ok
+    assert grown.message == "GPU 0: 304 MiB used (limit 120), pids []"
+    # Not parked at all: its process on the GPU fails the verification whatever the memory.
+    assert not (await verify(gpus, (0,), idle_mib={0: 1000}, slack_mib=0, samples=1, within_s=0.2)).ok
