@@ -29,7 +29,10 @@ def test_a_warm_run_reads_the_weights_into_the_page_cache(api: Api) -> None:
     assert r.status_code == 202, r.text
     run = api.wait_run(r.json()["run_id"])
     assert (run["kind"], run["profile"], run["outcome"]) == ("warm", "warmable", "ok"), run
-    assert all(resident_bytes(f).resident == f.stat().st_size for f in files)
+    # The warm's own figure (below: residency 0% -> 100%) is taken as it ends; read back here, a busy
+    # machine's kernel may already have reclaimed a few pages (seen in CI: not all of them resident).
+    resident = sum(resident_bytes(f).resident for f in files) / sum(f.stat().st_size for f in files)
+    assert resident >= 0.99, resident
     progress = [e for e in run["events"] if e["phase"] == "warming" and "MiB" in e["detail"]]
     assert progress
     assert progress[-1]["detail"].startswith("64/64 MiB")
