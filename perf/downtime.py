@@ -31,11 +31,10 @@ def _activate(c: httpx.Client, name: str, drain: bool) -> dict:
 
 def _until_serving(proxy: Haproxy, name: str, within_s: float = 60, *, traffic: bool = True) -> None:
     """Until HAProxy has `name` UP (and, with traffic flowing, sends it requests again)."""
-    served = int(proxy.servers()[name]["stot"]) if traffic else -5
+    served = proxy.served(name) if traffic else -5
     deadline = time.monotonic() + within_s
     while time.monotonic() < deadline:
-        row = proxy.servers()[name]
-        if row["status"] == "UP" and int(row["stot"]) > served + 4:
+        if proxy.serves_again(name, served):
             return
         time.sleep(0.2)
     raise SystemExit(f"{name} did not come back into rotation")

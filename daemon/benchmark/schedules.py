@@ -78,13 +78,18 @@ class Schedules:
         log.info(
             "schedule %d: experiment over %s at %r (%s)", sid, ", ".join(req.profiles), at, schedule.unit
         )
-        return next((s for s in await self.list() if s.id == sid), schedule)
+        found = await self._with_timers([schedule], schedule.unit)
+        return found[0] if found else schedule
 
     async def list(self) -> builtins.list[Schedule]:
         """The schedules systemd has a timer for (a one-shot timer that fired is gone with its file)."""
-        timers = {t.unit: t for t in await self.timers.timers(f"{PREFIX}*.timer")}
+        return await self._with_timers(await asyncio.to_thread(self._read_all), f"{PREFIX}*.timer")
+
+    async def _with_timers(self, schedules: builtins.list[Schedule], pattern: str) -> builtins.list[Schedule]:
+        """Those of `schedules` whose timer systemd lists under `pattern`, with its next run."""
+        timers = {t.unit: t for t in await self.timers.timers(pattern)}
         out = []
-        for schedule in await asyncio.to_thread(self._read_all):
+        for schedule in schedules:
             t = timers.get(schedule.unit)
             if t is None:
                 continue

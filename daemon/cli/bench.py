@@ -6,17 +6,13 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from daemon.cli.client import ApiJson, Client
 from daemon.cli.exit_codes import EXIT_FAILED, EXIT_OK
-from daemon.cli.remote import bar, client, emit
-from daemon.cli.schedule import add_schedule_commands
+from daemon.cli.remote import Add, bar, client, emit
 from daemon.core.errors import InvalidInput
-
-Add = Callable[[str, Any, str], argparse.ArgumentParser]
 
 
 def _numbers(text: str, kind: type[int] | type[float]) -> list[Any]:
@@ -250,7 +246,6 @@ def add_commands(add: Add) -> None:
     p.add_argument("--at", help='later, by a systemd timer: "Sat 03:00" (OnCalendar=) or "+10min"')
     p.add_argument("--max-running", type=int, help="with --at: skip it if the engine serves more requests")
     _load_options(p)
-    add_schedule_commands(add)
     p = add("compare", compare, "the latest benchmark of each profile against the baseline")
     p.add_argument("--baseline", default="baseline")
     p.add_argument("--spec", help="a benchmark spec hash (default: the baseline's latest)")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from daemon.cli.client import ApiError, ApiJson, Client, daemon_url, read_token
@@ -17,6 +18,10 @@ FAILED_OUTCOMES = ("failed", "cancelled", "degraded", "interrupted", "needs_rese
 def client(args: argparse.Namespace) -> Client:
     settings = load_settings()
     return Client(getattr(args, "url", None) or daemon_url(settings), read_token(settings))
+
+
+# How a command module registers a command: its name, its function and its help; returns its parser.
+Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 
 
 def emit(args: argparse.Namespace, data: Any, text: str) -> None:

@@ -4,12 +4,9 @@ schedule's timer runs: the daemon starts the experiment, or records why it skipp
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
 from daemon.cli.exit_codes import EXIT_OK
-from daemon.cli.remote import client, emit
-
-Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
+from daemon.cli.remote import Add, client, emit
 
 
 def schedules(args: argparse.Namespace) -> int:

@@ -104,9 +104,6 @@ class Jobs:
         job = next((j for j in self._jobs if j.isolated and j.run_id), None)
         return f"{job.kind} {job.run_id}" if job is not None else None
 
-    def children(self, run_id: int) -> list[Job]:
-        return [j for j in self._jobs if j.parent == run_id]
-
     def conflict(self, kind: JobKind, *, parent: int | None = None, subject: str | None = None) -> str | None:
         """Why a job of `kind` cannot start now, or None."""
         if kind is JobKind.WARM:
@@ -116,8 +113,12 @@ class Jobs:
             return switch[0].busy_text()
         if parent is not None and (kind is JobKind.SWITCH or self.find(parent) is not None):
             return None  # a job's own step, or a switch the serving watch asks for: ahead of the held job
-        held = [j for j in self._jobs if j.kind in HOLDS_HOST and j.parent is None]
-        return held[0].busy_text() if held else None
+        held = self._holder()
+        return held.busy_text() if held else None
+
+    def _holder(self) -> Job | None:
+        """The benchmark or experiment that holds the host (its run may still be being created)."""
+        return next((j for j in self._jobs if j.kind in HOLDS_HOST and j.parent is None), None)
 
     def busy_reason(self) -> str | None:
         """What an operator's switch would be refused for."""
@@ -178,9 +179,9 @@ class Jobs:
             self._publish()
 
     def _publish(self) -> None:
-        held = next((j for j in self._jobs if j.kind in HOLDS_HOST and j.parent is None and j.run_id), None)
+        held = self._holder()
         lines = sorted((j.run_id, j.line) for j in self._jobs if j.line)
-        line = JobLine(held.run_id if held else None, " | ".join(text for _, text in lines) or None)
+        line = JobLine((held.run_id or None) if held else None, " | ".join(text for _, text in lines) or None)
         if line != self.hub.status.job_line:
             self.hub.set_job(line)
 
@@ -205,11 +206,14 @@ class Jobs:
             await asyncio.wait({job.task})
 
     async def close(self) -> None:
-        tasks = [j.task for j in self._jobs if j.task is not None and j.kind is JobKind.WARM]
-        for j in self._jobs:
-            if j.kind is JobKind.WARM and j.task is not None:
+        """At shutdown the warms stop (their reader threads too); switches and benchmarks run to the end of
+        the process."""
+        tasks = []
+        for j in self.running(JobKind.WARM):
+            if j.task is not None:
                 j.on_cancel()
                 j.task.cancel()
+                tasks.append(j.task)
         for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t

@@ -71,6 +71,15 @@ class Haproxy:
         skip = ("FRONTEND", "BACKEND")
         return {r["svname"]: r for r in rows if r.get("pxname") == "engines" and r["svname"] not in skip}
 
+    def served(self, name: str) -> int:
+        """Requests HAProxy has sent to server `name` so far."""
+        return int(self.servers()[name]["stot"])
+
+    def serves_again(self, name: str, since: int) -> bool:
+        """`name` is UP and has been sent requests beyond `since` (a few: it is back in rotation)."""
+        row = self.servers()[name]
+        return row["status"] == "UP" and int(row["stot"]) > since + 4
+
 
 @contextlib.contextmanager
 def haproxy(hosts: list[Host], port: int, *, inter: str = "1s", within_s: float = 20.0) -> Iterator[Haproxy]:

@@ -91,10 +91,18 @@ class Inventory:
         self, units: dict[str, UnitInfo], residency: Mapping[str, Residency]
     ) -> list[ProfileEntry]:
         default = self._settings.default_profile
-        out = [ProfileEntry(bad.name, str(bad.file), None, str(bad)) for bad in self.profiles.invalid]
-        for n, lp in sorted(self.profiles.valid.items(), reverse=True):
-            argv = engine_for(lp.profile).argv(lp.profile)
-            state, warm = units.get(n), residency.get(n)
-            entry = ProfileEntry(n, str(lp.file), lp, None, argv, state, n == default, warm)
-            out.insert(0, entry)
-        return out
+        valid = [
+            ProfileEntry(
+                n,
+                str(lp.file),
+                lp,
+                None,
+                engine_for(lp.profile).argv(lp.profile),
+                units.get(n),
+                n == default,
+                residency.get(n),
+            )
+            for n, lp in sorted(self.profiles.valid.items())
+        ]
+        invalid = [ProfileEntry(bad.name, str(bad.file), None, str(bad)) for bad in self.profiles.invalid]
+        return valid + invalid

@@ -342,7 +342,7 @@ class Switcher:
         await self.recorder.finish(
             run_id, Outcome.ACTIVE, load_seconds=seen.load_seconds, host=HostAfter(HostState.ACTIVE, p.name)
         )
-        if txn.out_at is not None and not self.jobs.out_of_rotation():
+        if txn.out_at is not None:  # it left the rotation (no job could have taken it out meanwhile)
             await self.recorder.back_in_rotation(run_id, txn.out_at)
         await self.serving.begin(lp, parent=run_id)
 

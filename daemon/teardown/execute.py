@@ -8,6 +8,7 @@ import asyncio
 import os
 import signal
 import time
+from collections import Counter
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, replace
 
@@ -185,10 +186,9 @@ async def verify(
     `samples` consecutive reads; a parked engine may keep its processes there and the residual it had
     when parked, nothing more. NVML has no event for freed memory, so this one wait samples."""
     kept = frozenset(pid for pk in parked for pid in pk.pids)
-    residual = {
-        i: sum(pk.residual_mib.get(i, 0) for pk in parked)
-        for i in {i for pk in parked for i in pk.residual_mib}
-    }
+    residual: Counter[int] = Counter()  # GPU index -> MiB the parked engines may keep there
+    for pk in parked:
+        residual.update(pk.residual_mib)
     began = time.monotonic()
     streak, reads = 0, 0
     checks: list[GpuCheck] = []

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.balancer import Haproxy, Host, Load, haproxy
+from daemon.sandbox.balancer import Host, Load, haproxy
 from daemon.sandbox.layout import free_port
 from tests.sandboxing import Api
 from tests.waiting import eventually_sync
@@ -37,11 +37,6 @@ def hosts() -> Iterator[list[tuple[sbx.SandboxInfo, int]]]:
             sbx.down(info)
 
 
-def _up_and_serving(proxy: Haproxy, name: str, served: int) -> bool:
-    row = proxy.servers()[name]
-    return row["status"] == "UP" and int(row["stot"]) > served + 4
-
-
 def test_a_switch_behind_haproxy_fails_no_request(hosts: list[tuple[sbx.SandboxInfo, int]]) -> None:
     (a, a_port), (b, b_port) = hosts
     api_a, api_b = Api(a), Api(b)
@@ -54,11 +49,11 @@ def test_a_switch_behind_haproxy_fails_no_request(hosts: list[tuple[sbx.SandboxI
             eventually_sync(lambda: load.count() >= 16, what="traffic flows")
             away = api_a.activate("vllm-eagle3")
             # A is back in rotation (HAProxy saw /ready 200) and serves the load again before it switches back.
-            served = int(proxy.servers()["a"]["stot"])
-            eventually_sync(lambda: _up_and_serving(proxy, "a", served), what="A back in rotation")
+            served = proxy.served("a")
+            eventually_sync(lambda: proxy.serves_again("a", served), what="A back in rotation")
             back = api_a.activate("baseline")
-            served = int(proxy.servers()["a"]["stot"])
-            eventually_sync(lambda: _up_and_serving(proxy, "a", served), what="A back in rotation again")
+            served = proxy.served("a")
+            eventually_sync(lambda: proxy.serves_again("a", served), what="A back in rotation again")
         stats = proxy.servers()
     failed = load.failed()
     print(
