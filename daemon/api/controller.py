@@ -37,7 +37,7 @@ from daemon.core.errors import Busy, NotFound
 from daemon.core.hoststate import HostState, StateHub
 from daemon.core.run_types import FINAL_OUTCOMES, NewRun, Outcome, Phase, RunEventJson, RunKind
 from daemon.engines.load_stages import segments
-from daemon.runs.jobs import Jobs
+from daemon.runs.jobs import JobKind, Jobs
 from daemon.runs.recorder import HostAfter, RunRecorder
 from daemon.serving.watch import ServingWatch
 from daemon.status.exporter import K25Collector
@@ -45,6 +45,7 @@ from daemon.status.exporter import render as render_metrics
 from daemon.status.inventory import Inventory, ProfileEntry
 from daemon.status.sampler import HostSampler
 from daemon.store.queries import RunView, Store
+from daemon.switching.parking import Parking
 from daemon.switching.transaction import Switcher
 from daemon.teardown.execute import Teardown
 from daemon.warming.service import WarmService
@@ -64,10 +65,11 @@ class Controller:
         bench: BenchController,
         jobs: Jobs,
         warms: WarmService,
+        parking: Parking,
     ) -> None:
         self.inventory, self.sampler, self.switcher = inventory, sampler, switcher
         self.recorder, self.teardown = recorder, teardown
-        self.watch, self.bench, self.jobs, self.warms = watch, bench, jobs, warms
+        self.watch, self.bench, self.jobs, self.warms, self.parking = watch, bench, jobs, warms, parking
         self.store: Store = recorder.store
         self.hub: StateHub = recorder.hub
         self.default_profile = default_profile
@@ -115,7 +117,9 @@ class Controller:
     async def profiles(self) -> list[ProfileOut]:
         units = await self.inventory.unit_states(self.watch.unit_states)
         infos = self.inventory.profile_list(units, self.warms.residency())
-        return [profile_out(e) for e in infos]
+        return [
+            profile_out(e).model_copy(update={"parked": self.parking.get(e.name) is not None}) for e in infos
+        ]
 
     async def profile(self, name: str) -> ProfileOut:
         for p in await self.profiles():
@@ -144,6 +148,16 @@ class Controller:
 
     async def restore(self, *, wait: bool, drain: bool = True) -> AcceptedOut | RunOut:
         return await self.activate(self.default_profile, force=False, wait=wait, drain=drain)
+
+    async def unpark(self, name: str) -> RunOut:
+        """Stop a parked engine (a run of kind `unpark`); one job at a time, as a switch."""
+        if self.parking.get(name) is None:
+            raise NotFound(f"profile {name!r} is not parked")
+        with self.jobs.admit(JobKind.SWITCH, subject=name, label=f"unpark {name}") as slot:
+            run_id = await self.recorder.create(NewRun(RunKind.UNPARK, name))
+            task = slot.start(run_id, self.parking.unpark(run_id, name))
+        await asyncio.wait({task})
+        return await self.run(run_id)
 
     async def cancel(self, run_id: int) -> CancelOut:
         self.jobs.cancel(run_id)
@@ -199,7 +213,8 @@ class Controller:
             yield status.to_dict() | {"reason": redact.optional_text(status.reason)}
 
     async def teardown_plan(self) -> TeardownPlanOut:
-        return TeardownPlanOut.model_validate(await self.teardown.plan(managed_units=self._units()))
+        plan = await self.teardown.plan(managed_units=self._units(), parked=await self.parking.spared())
+        return TeardownPlanOut.model_validate(plan)
 
     async def run_teardown(self) -> TeardownRunOut:
         """Maintenance teardown: only when no engine should run (the host is idle or degraded)."""
@@ -207,7 +222,7 @@ class Controller:
         if st.state not in (HostState.IDLE, HostState.FAILED, HostState.DEGRADED):
             raise Busy(f"the host is {st.state}: stop the engine (or switch) instead")
         run_id = await self.recorder.create(NewRun(RunKind.TEARDOWN, profile=None))
-        report = await self.teardown.run(managed_units=self._units())
+        report = await self.teardown.run(managed_units=self._units(), parked=await self.parking.spared())
         await self.recorder.teardown(run_id, report)
         host = HostAfter(HostState.NEEDS_RESET, None, report.error) if report.needs_reset else None
         await self.recorder.finish(

@@ -233,6 +233,19 @@ class RunMetricsOut(Out):
     live: list[LiveSampleOut]  # the newest per-interval samples while the run serves
 
 
+class ParkedOut(Out):
+    """A parked engine: asleep since when, how deep, what it still holds."""
+
+    profile: str
+    unit: str
+    since: float
+    level: int
+    main_pid: int
+    gpu_mib: dict[int, int]  # GPU index -> MiB it still holds
+    host_ram_bytes: int  # its weights kept in host RAM
+    run_id: int  # the run that parked it
+
+
 class StatusOut(Out):
     state: str
     active_profile: str | None
@@ -256,6 +269,7 @@ class StatusOut(Out):
     serving: ServingNow | None = None  # the serving engine's current figures
     job_run_id: int | None = None  # a benchmark or experiment in progress
     job: str | None = None  # its progress, one line
+    parked: list[ParkedOut] = []  # engines asleep for a fast switch back (parking)
 
 
 class ResidencyOut(Out):
@@ -286,6 +300,7 @@ class ProfileOut(Out):
     default: bool = False
     warm: str | None = None  # off | on-switch | always
     residency: ResidencyOut | None = None  # the newest background scan (None before the first)
+    parked: bool = False  # asleep (parking): activating it wakes it
 
 
 class AcceptedOut(Out):

@@ -33,9 +33,11 @@ from daemon.serving.watch import ServingWatch
 from daemon.status.inventory import Inventory
 from daemon.status.sampler import HostSampler
 from daemon.store.bench import BenchStore
+from daemon.store.parked import ParkedStore
 from daemon.store.queries import Store
 from daemon.switching.drain import DrainTimes
 from daemon.switching.launch import write_launch
+from daemon.switching.parking import Parking
 from daemon.switching.ports import SwitchPorts
 from daemon.switching.reconcile import reconcile
 from daemon.switching.transaction import Switcher
@@ -108,7 +110,8 @@ class Services:
     async def start(self) -> None:
         """Read the profiles, settle with systemd (what a restart cut short), then follow and sample."""
         profiles = await self.inventory.reload_profiles()
-        rec = await reconcile(profiles, systemd=self.host.systemd, recorder=self.recorder, serving=self.watch)
+        rec = await reconcile(profiles, systemd=self.host.systemd, recorder=self.recorder, serving=self.watch,
+                              parking=self.switcher.parking)  # fmt: skip
         await self.switcher.after_restart(rec.resume or rec.restore, resume=rec.resume is not None)
         self.watch.follow_units()
         self.policies.start()
@@ -139,6 +142,19 @@ async def build(settings: Settings, host: HostPorts) -> Services:
     jobs = Jobs(recorder.hub)
     inventory = Inventory(s, host.systemd)
     incidents = Incidents()
+    switch_ports = SwitchPorts(host.systemd, host.journal, host.teardown, host.prober)
+    warmer = Warmer(PageCache(), mem_available=mem_available, reserve=s.warm_reserve_bytes,
+                    workers=s.warm_workers, block=s.warm_block_bytes)  # fmt: skip
+    parking = Parking(
+        ports=switch_ports,
+        recorder=recorder,
+        store=ParkedStore(store),
+        weight_bytes=lambda p: warmer.scan(p).bytes,
+        mem_available=mem_available,
+        ram_reserve_bytes=s.park_ram_reserve_bytes,
+        max_parked=s.max_parked,
+        stop_timeout_s=s.stop_timeout_s,
+    )
     watch = ServingWatch(
         settings=s,
         systemd=host.systemd,
@@ -148,6 +164,7 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         profiles=inventory.current,
         jobs=jobs,
         incidents=incidents,
+        parking=parking,
     )
     sampler = HostSampler(
         host.gpus,
@@ -157,10 +174,11 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         strays_every_s=s.strays_sample_s,
         maintenance=watch.retention,
     )
-    warms = _warms(s, recorder, jobs, inventory)
+    warms = WarmService(warmer, recorder, jobs, inventory.current, every_s=s.residency_every_s,
+                        always_below=s.warm_always_below)  # fmt: skip
     switcher = Switcher(
         profiles=inventory.reload_profiles,
-        ports=SwitchPorts(host.systemd, host.journal, host.teardown, host.prober),
+        ports=switch_ports,
         store=store,
         recorder=recorder,
         default_profile=s.default_profile,
@@ -170,6 +188,7 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         jobs=jobs,
         drain=DrainTimes(s.drain_grace_s, s.drain_timeout_s, s.drain_poll_s),
         warm=warms.before_start,
+        parking=parking,
     )
     policies = Policies(s, recorder.hub, incidents, switcher)
     benchmarks = _benchmarks(s, host, recorder, jobs, inventory, switcher, warms)
@@ -187,17 +206,11 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         bench=BenchController(benchmarks, schedules),
         jobs=jobs,
         warms=warms,
+        parking=parking,
     )
     return Services(
         s, host, store, recorder, inventory, watch, sampler, warms, switcher, policies, controller
     )
-
-
-def _warms(s: Settings, recorder: RunRecorder, jobs: Jobs, inventory: Inventory) -> WarmService:
-    warmer = Warmer(PageCache(), mem_available=mem_available, reserve=s.warm_reserve_bytes,
-                    workers=s.warm_workers, block=s.warm_block_bytes)  # fmt: skip
-    return WarmService(warmer, recorder, jobs, inventory.current, every_s=s.residency_every_s,
-                       always_below=s.warm_always_below)  # fmt: skip
 
 
 def _benchmarks(

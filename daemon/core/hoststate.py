@@ -34,6 +34,20 @@ class HostState(enum.StrEnum):
 
 
 @dataclass(frozen=True)
+class ParkedInfo:
+    """A parked engine as /status shows it: asleep since when, how deep, what it still holds."""
+
+    profile: str
+    unit: str
+    since: float  # epoch seconds
+    level: int
+    main_pid: int
+    gpu_mib: dict[int, int]  # GPU index -> MiB it still holds there
+    host_ram_bytes: int  # the weights it keeps in host RAM (0 where the engine drops them)
+    run_id: int  # the run that parked it
+
+
+@dataclass(frozen=True)
 class HostStatus:
     state: HostState = HostState.IDLE
     active_profile: str | None = None
@@ -51,6 +65,7 @@ class HostStatus:
     warnings: tuple[str, ...] = ()  # what the operator must know whatever the state (a database moved aside)
     job_run_id: int | None = None  # a benchmark or experiment in progress
     job: str | None = None  # what the jobs in progress are doing, one line
+    parked: tuple[ParkedInfo, ...] = ()  # engines asleep for a fast switch back
 
     @property
     def job_line(self) -> JobLine:
@@ -109,6 +124,9 @@ class StateHub:
 
     def warnings(self, warnings: tuple[str, ...]) -> HostStatus:
         return self._set(replace(self.status, warnings=warnings))
+
+    def parked(self, engines: tuple[ParkedInfo, ...]) -> HostStatus:
+        return self._set(replace(self.status, parked=engines))
 
     def set_job(self, line: JobLine) -> HostStatus:
         return self._set(replace(self.status, job_run_id=line.run_id, job=line.text))
@@ -173,6 +191,8 @@ def describe(st: HostStatus, now: float | None = None) -> str:
     line = _state_line(st, time.time() if now is None else now)
     if st.job:
         line += f" | {st.job}"
+    if st.parked:
+        line += " | parked: " + ", ".join(p.profile for p in st.parked)
     return line + "".join(f" | WARNING: {w}" for w in st.warnings)
 
 

@@ -16,6 +16,7 @@ class RunKind(enum.StrEnum):
     BENCHMARK = "benchmark"  # load levels against the active profile
     EXPERIMENT = "experiment"  # switch, benchmark, next profile; then restore
     WARM = "warm"  # a profile's weight files read into the page cache
+    UNPARK = "unpark"  # a parked engine stopped on request (its host RAM and GPU residual freed)
 
 
 class Phase(enum.StrEnum):
@@ -34,6 +35,8 @@ class Phase(enum.StrEnum):
     SWITCHING = "switching"  # an experiment waits for a switch it started
     RESTORING = "restoring"  # an experiment (or its cancel) brings the previous profile back
     WARMING = "warming"  # weight files read into the page cache (a warm run, or a switch's own warm)
+    PARKING = "parking"  # the engine switched away from sleeps instead of stopping (or says why not)
+    WAKING = "waking"  # a parked engine wakes: its weights back on the GPUs, then the probe
     # Final phases: a run that ended stays on the phase named for its outcome.
     ACTIVE = "active"
     FAILED = "failed"

@@ -107,6 +107,10 @@ class Settings(BaseSettings):
     warm_block_bytes: int = Field(default=16 * 1024**2, ge=4096)
     residency_every_s: float = Field(default=60.0, gt=0)  # each profile's weight residency, refreshed
     warm_always_below: float = Field(default=0.98, gt=0, le=1)  # warm = "always": re-warm under this share
+    # Parking: a level-1 sleep pins the weights in host RAM; it is refused unless they fit in MemAvailable
+    # minus this reserve. At most `max_parked` engines sleep at once.
+    park_ram_reserve_bytes: int = Field(default=64 * 1024**3, ge=0)
+    max_parked: int = Field(default=1, ge=0)
 
     # Derived paths follow config_dir/state_dir unless set on their own.
     @property

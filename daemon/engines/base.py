@@ -175,6 +175,17 @@ class Engine(ABC):
     stage_rules: tuple[StageRule, ...] = ()  # where a load's time goes, as the engine prints it
     cache_env: tuple[tuple[str, str], ...] = ()  # (variable, folder under the cache root) of its caches
     park_mode: ParkMode | None = None  # how it parks, if it can
+    # The share of each GPU it takes where the profile says none (vLLM's --gpu-memory-utilization default);
+    # None: it sizes itself from what is free when it starts.
+    default_memory_fraction: float | None = None
+
+    def memory_fraction(self, profile: Profile) -> float | None:
+        return profile.memory_fraction or self.default_memory_fraction
+
+    def park_pins_weights(self, profile: Profile) -> bool:
+        """Whether parking copies the weights to (pinned) host RAM: level 1 does; vLLM's level 2 drops
+        them."""
+        return profile.park is not None and profile.park_level == 1
 
     def park_calls(self, profile: Profile) -> ParkCalls | None:
         """The HTTP calls that park and wake it (None: it cannot park)."""

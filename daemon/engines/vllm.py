@@ -66,6 +66,7 @@ PATH_IS_SLEEPING = "/is_sleeping"
 class VllmEngine(Engine):
     name = "vllm"
     park_mode = ParkMode.SLEEP
+    default_memory_fraction = 0.9  # --gpu-memory-utilization's default
     process_titles = ("VLLM::*",)
     front_end_titles = (
         "vllm serve *",

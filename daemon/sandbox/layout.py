@@ -117,9 +117,12 @@ def fake_engine_profile(
     probe_timeout_s: float = 10.0,
     settings: dict[str, str] | None = None,
     weights: Path | None = None,
+    park: str | None = None,
+    wake_gbps: float | None = None,
 ) -> str:
     """A profile served by the fake engine (an ordinary profile: engine vllm or sglang plus `command`).
-    `weights`: the model folder, read by the engine as a lazy mmap loader does."""
+    `weights`: the model folder, read by the engine as a lazy mmap loader does. `park`: the profile parks
+    ("sleep" | "release") and the engine serves its flavour's sleep/wake endpoints."""
     model = weights or models / "Kimi-K2.5-INT4"
     command = [sys.executable, "-m", "daemon.sandbox.fake_engine", "--flavor", flavor, "--port", "{port}",
                "--served-model-name", "kimi-k2.5", "--model", str(model), "--load-seconds", str(load_seconds),
@@ -132,6 +135,8 @@ def fake_engine_profile(
         command += ["--fault", fault]
     if fault_after is not None:
         command += ["--fault-after", str(fault_after)]
+    if park is not None:
+        command += ["--park"] + (["--wake-gbps", str(wake_gbps)] if wake_gbps else [])
     lines = [
         f'description = "{name} (fake {flavor} engine in the sandbox)"',
         f'engine = "{flavor}"',
@@ -144,6 +149,8 @@ def fake_engine_profile(
     ]
     if unit:
         lines.append(f'unit = "{unit}"')
+    if park is not None:
+        lines.append(f'park = "{park}"')
     lines += [f"{key} = {value}" for key, value in (settings or {}).items()]  # values as TOML text
     lines.append(f"command = {json.dumps(command)}")
     if spec:
@@ -223,4 +230,6 @@ def _daemon_settings(root: Path, port: int) -> dict[str, str]:
         "watch_interval_s": "1",
         "stall_s": "4",
         "restart_backoff_s": "0.5",
+        # Parking pins fake weights of a few bytes: keep 256 MiB free, not production's 64 GiB.
+        "park_ram_reserve_bytes": str(256 * 1024**2),
     }

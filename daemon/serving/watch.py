@@ -14,9 +14,10 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Protocol
 
 from daemon.core.errors import K25Error
-from daemon.core.hoststate import HostState
+from daemon.core.hoststate import HostState, ParkedInfo
 from daemon.core.profiles import LoadedProfile, Policy, ProfileSet
 from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
 from daemon.core.settings import Settings
@@ -74,6 +75,13 @@ class Serving:
         return self.lp.profile.unit
 
 
+class ParkedUnits(Protocol):
+    """Parking's side of the watch: which units sleep on purpose, and news that one went down."""
+
+    def of_unit(self, unit: str) -> ParkedInfo | None: ...
+    async def lost(self, unit: str, how: str) -> ParkedInfo | None: ...
+
+
 class ServingWatch:
     def __init__(
         self,
@@ -86,12 +94,13 @@ class ServingWatch:
         profiles: Callable[[], ProfileSet],
         jobs: Jobs,
         incidents: Incidents,
+        parking: ParkedUnits,
     ) -> None:
         self.settings, self.systemd, self.journal, self.engines = settings, systemd, journal, engines
         self.recorder, self.profiles = recorder, profiles
         self.hub = recorder.hub
         self.store = ServingStore(recorder.store)
-        self.jobs, self.incidents = jobs, incidents
+        self.jobs, self.incidents, self.parking = jobs, incidents, parking
         self.serving: Serving | None = None
         self._followers: dict[str, asyncio.Task[None]] = {}
         self.unit_states: dict[str, UnitState] = {}  # the newest state of each followed unit
@@ -221,6 +230,15 @@ class ServingWatch:
             if st.is_down:
                 await self._unit_down(serving, st)
             return
+        if self.parking.of_unit(unit) is not None:
+            if st.is_down:  # a parked engine died (or was stopped by hand): recorded, no longer parked
+                how = (f"{unit} went {st.active_state} while parked "
+                       f"(result {st.result}, status {st.exec_main_status})")  # fmt: skip
+                await self.parking.lost(unit, how)
+                lp = self._profile_of(unit)
+                if lp is not None:
+                    await self._external(lp, how, Outcome.OK if st.result == "success" else Outcome.CRASHED)
+            return
         if st.active_state not in ("active", "activating"):
             if unit in self.hub.status.conflicts:
                 self.hub.conflicts(tuple(u for u in self.hub.status.conflicts if u != unit))
@@ -241,12 +259,12 @@ class ServingWatch:
         self.recorder.settle(HostAfter(HostState.ACTIVE, lp.profile.name))
         await self.begin(lp, parent=ext, managed=False)
 
-    async def _external(self, lp: LoadedProfile, detail: str) -> int:
+    async def _external(self, lp: LoadedProfile, detail: str, outcome: Outcome = Outcome.OK) -> int:
         p = lp.profile
         run_id = await self.recorder.create(
             NewRun(RunKind.EXTERNAL, p.name, None, None, None, lp.sha256, p.unit)
         )
-        await self.recorder.finish(run_id, Outcome.OK, error=detail)
+        await self.recorder.finish(run_id, outcome, error=detail)
         return run_id
 
     async def _unit_down(self, serving: Serving, st: UnitState) -> None:

@@ -154,3 +154,20 @@ class Experiment(SQLModel, table=True):
     run_id: int = Field(foreign_key="runs.id", unique=True)
     request: str  # JSON: profiles, benchmark spec, repeats, restore
     steps: str = "{}"  # JSON: {"steps": [per profile: switch run, benchmark runs, error], "restore": ...}
+
+
+class ParkedEngine(SQLModel, table=True):
+    """An engine asleep on purpose (parking), kept across daemon restarts: a restart readopts it as parked
+    only while its unit still runs the same main process."""
+
+    __tablename__ = "parked"
+
+    profile: str = Field(primary_key=True)
+    unit: str
+    main_pid: int
+    since: datetime
+    level: int
+    gpu_mib: str  # JSON {GPU index: MiB it still holds}
+    host_ram_bytes: int
+    run_id: int
+    profile_sha256: str  # the profile file it runs: a changed file is started afresh, not woken

@@ -164,14 +164,14 @@ class _Run:
         await self.events.phase(
             Phase.PROBING, f"HTTP up after {seen.load_seconds:.1f}s", load_seconds=seen.load_seconds
         )
-        probe = _probe(p, self.engine, self.prober, seen.probe, self.events)
+        probe = probe_generation(p, self.engine, self.prober, seen.probe, self.events)
         await _first(probe, unit_down, p.probe_timeout_s, Phase.PROBING, p, seen)
         if self.engine.ready_res:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.logged_up.wait(), JOURNAL_CATCHUP_S)
 
 
-async def _probe(
+async def probe_generation(
     profile: Profile, engine: Engine, prober: EnginePort, progress: ProbeProgress, events: BringUpEvents
 ) -> None:
     while True:

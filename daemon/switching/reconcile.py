@@ -15,6 +15,7 @@ from daemon.core.run_types import CutShort, Phase, RunKind
 from daemon.host.systemd import SystemdPort
 from daemon.runs.recorder import HostAfter, RunRecorder
 from daemon.store.queries import Store
+from daemon.switching.parking import Parking
 from daemon.switching.ports import ServingHooks
 
 log = logging.getLogger("k25.reconcile")
@@ -35,10 +36,14 @@ async def reconcile(
     systemd: SystemdPort,
     recorder: RunRecorder,
     serving: ServingHooks,
+    parking: Parking,
 ) -> Reconciled:
     store = recorder.store
+    parked = await parking.readopt(profiles)  # asleep on purpose: parked again, never taken for active
     active = []
     for name, lp in profiles.valid.items():
+        if name in parked:
+            continue
         with contextlib.suppress(K25Error):
             if (await systemd.state(lp.profile.unit)).active_state in ("active", "activating"):
                 active.append(name)
@@ -58,7 +63,8 @@ async def reconcile(
         await serving.begin(profiles.valid[chosen], parent=None, adopt_run=keep[0] if keep else None)
     else:  # what to do next (resume, restore) is the switcher's: see Switcher.after_restart
         recorder.settle(HostAfter(HostState.IDLE))
-    log.info("reconciled: active units %s, adopted %s", active or "none", chosen or "none")
+    log.info("reconciled: active units %s, adopted %s, parked %s", active or "none", chosen or "none",
+             ", ".join(sorted(parked)) or "none")  # fmt: skip
     return Reconciled(resume, restore)
 
 

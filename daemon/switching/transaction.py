@@ -23,8 +23,10 @@ from daemon.runs.recorder import HostAfter, RunRecorder
 from daemon.store.models import utcnow
 from daemon.store.queries import Store
 from daemon.switching.bringup import BringUpFailed, bring_up
+from daemon.switching.clearing import stop_and_teardown
 from daemon.switching.drain import DrainTimes, drain, in_flight
 from daemon.switching.events import RunEvents as _Events
+from daemon.switching.parking import Parking
 from daemon.switching.ports import ServingHooks, SwitchFailed, SwitchPorts, WarmHook
 
 log = logging.getLogger("k25.switch")
@@ -39,6 +41,7 @@ class _Txn:
     drain_from: LoadedProfile | None = None  # the serving profile, drained before it is stopped
     measure_cut: LoadedProfile | None = None  # not drained: still count what the stop cuts
     out_at: datetime | None = None  # the host was in rotation until then
+    park_from: LoadedProfile | None = None  # the serving engine, parked instead of stopped where it may be
 
     def refusal(self, run_id: int) -> str | None:
         if self.rolling_back:
@@ -60,6 +63,7 @@ class Switcher:
         serving: ServingHooks,
         jobs: Jobs,
         drain: DrainTimes,
+        parking: Parking,
         warm: WarmHook | None = None,
     ) -> None:
         self._read_profiles, self.ports, self.store, self.recorder = profiles, ports, store, recorder
@@ -71,6 +75,7 @@ class Switcher:
         )
         self.serving, self.jobs, self.drain_times = serving, jobs, drain
         self.warm = warm  # reads a profile's weights into the page cache while the old engine stops
+        self.parking = parking
 
     # -- requests -------------------------------------------------------------------------------------
 
@@ -116,6 +121,7 @@ class Switcher:
             return  # nothing is served: nothing to drain, no downtime a balancer would see
         if not self.jobs.out_of_rotation():
             txn.out_at = utcnow()
+        txn.park_from = serving
         if drain and serving.profile.drain:
             txn.drain_from = serving
         else:
@@ -311,6 +317,12 @@ class Switcher:
         engine = engine_for(p)
         events = _Events(self.recorder, run_id)
         if not resume:
+            if (leaving := txn.park_from) is not None and leaving.profile.name != p.name:
+                txn.park_from = None  # once: a rollback in the same transaction parks nothing
+                await self.parking.park(run_id, leaving, p)
+            if self.parking.get(p.name) is not None and await self._wake(run_id, lp, txn):
+                return
+            await self.parking.make_room(run_id, p)
             # A warm of the target's weights runs while the old engine stops; the start waits for it.
             warming: asyncio.Task[None] | None = (
                 asyncio.create_task(self.warm(run_id, p, events.stage))
@@ -339,8 +351,22 @@ class Switcher:
             )
         except BringUpFailed as e:
             raise SwitchFailed(e.reason, await self._excerpt(p, e.errors)) from e
+        await self._active(run_id, lp, txn, seen.load_seconds)
+
+    async def _wake(self, run_id: int, lp: LoadedProfile, txn: _Txn) -> bool:
+        """The target is parked: clear the GPUs around it and wake it; False when the wake failed (it was
+        stopped, recorded) and the switch goes on with a cold start."""
+        await self._stop_and_teardown(run_id, gpus=tuple(lp.profile.gpus))
+        seconds = await self.parking.wake(run_id, lp)
+        if seconds is None:
+            return False
+        await self._active(run_id, lp, txn, seconds)
+        return True
+
+    async def _active(self, run_id: int, lp: LoadedProfile, txn: _Txn, load_seconds: float | None) -> None:
+        p = lp.profile
         await self.recorder.finish(
-            run_id, Outcome.ACTIVE, load_seconds=seen.load_seconds, host=HostAfter(HostState.ACTIVE, p.name)
+            run_id, Outcome.ACTIVE, load_seconds=load_seconds, host=HostAfter(HostState.ACTIVE, p.name)
         )
         if txn.out_at is not None:  # it left the rotation (no job could have taken it out meanwhile)
             await self.recorder.back_in_rotation(run_id, txn.out_at)
@@ -351,28 +377,18 @@ class Switcher:
     ) -> None:
         profiles = await self._read_profiles()
         units = tuple(dict.fromkeys(lp.profile.unit for lp in profiles.valid.values()))
-        cgroups: dict[str, str] = {}
-        for unit in units:
-            st = await self.ports.systemd.state(unit)
-            if not st.is_down:
-                cgroups[unit] = st.control_group
-                await self.recorder.event(run_id, Phase.STOP, f"stopping {unit} ({st.active_state})")
-                out = await self.ports.systemd.stop(unit, within_s=self.stop_timeout_s)
-                how = " (SIGKILL after TimeoutStopSec)" if out.stop_escalated else ""
-                await self.recorder.event(
-                    run_id, Phase.STOP, f"stopped {unit}: job {out.job_result}{how} in {out.seconds:.1f}s"
-                )
-        if not cgroups:
-            await self.recorder.event(run_id, Phase.STOP, "no engine unit was running")
-        await self.recorder.event(
-            run_id, Phase.TEARDOWN, f"planning (GPUs {list(gpus or [])}, ports {list(ports)})"
+        spared = await self.parking.spared()
+        await stop_and_teardown(
+            run_id,
+            ports=self.ports,
+            recorder=self.recorder,
+            units=units,
+            spared=spared,
+            spared_units=self.parking.units(),
+            gpus=gpus,
+            tcp_ports=ports,
+            stop_timeout_s=self.stop_timeout_s,
         )
-        report = await self.ports.teardown.run(gpus, unit_cgroups=cgroups, managed_units=units, ports=ports)
-        await self.recorder.teardown(run_id, report)
-        if report.needs_reset:
-            raise SwitchFailed(report.error or "needs_reset", needs_reset=True)
-        if not report.ok:
-            raise SwitchFailed(f"teardown did not leave the GPUs clean: {report.error}")
 
     async def _excerpt(self, profile: Profile, errors: list[str]) -> str:
         return await journal_excerpt(self.ports.journal, profile, errors)

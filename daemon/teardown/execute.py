@@ -323,6 +323,18 @@ class Teardown:
         snap = await self._snapshot(unit_cgroups or {}, managed_units, ports, full=full)
         return plan(replace(snap, parked=parked), replace(self.policy, gpus=gpus))
 
+    async def verify_parked(self, gpus: tuple[int, ...], parked: Parked) -> VerifyResult:
+        """After a sleep: on its GPUs only the parked engine's processes, within its allowed residual."""
+        return await verify(
+            self.gpus,
+            gpus,
+            idle_mib=self.idle_mib,
+            slack_mib=self.slack_mib,
+            samples=self.verify_samples,
+            within_s=self.verify_timeout_s,
+            parked=(parked,),
+        )
+
     async def run(
         self,
         gpus: tuple[int, ...] | None = None,

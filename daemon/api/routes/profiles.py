@@ -1,4 +1,4 @@
-"""Profiles and switching between them: list, reload, activate, warm, restore."""
+"""Profiles and switching between them: list, reload, activate, warm, unpark, restore."""
 
 from __future__ import annotations
 
@@ -43,6 +43,12 @@ async def activate(
 async def warm(name: str, c: Ctl, response: Response) -> AcceptedOut:
     """Read its weight files into the page cache: a run of kind `warm`, its events carry MiB and %."""
     return located(await c.warm(name), response, "/runs")
+
+
+@write.post("/{name}/unpark")
+async def unpark(name: str, c: Ctl) -> RunOut:
+    """Stop a parked engine (its host RAM and GPU residual freed): the ended run of kind `unpark`."""
+    return await c.unpark(name)
 
 
 @restoring.post("/restore", status_code=202, responses=SWITCH)

@@ -1,0 +1,342 @@
+"""Parking: a switch away from a parkable engine puts it to sleep instead of stopping it, so that the way
+back is a wake (seconds) instead of a cold start (minutes). It is an optimisation only: every guard that
+fails (too many parked, the target needs its port or does not fit beside it, host RAM short, requests in
+flight, the sleep refused or its memory still held, a failed wake, probe or acceptance) ends in the
+normal stop or cold start, with the reason recorded on the run. A switch never fails because of it."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from daemon.core.errors import K25Error
+from daemon.core.hoststate import ParkedInfo
+from daemon.core.profiles import LoadedProfile, Profile, ProfileSet
+from daemon.core.run_types import Outcome, Phase
+from daemon.engines import engine_for
+from daemon.engines.base import Engine, ParkCalls
+from daemon.engines.client import ProbeFailed, ProbeProgress
+from daemon.runs.recorder import RunRecorder
+from daemon.store.parked import ParkedStore
+from daemon.switching import park_guards as guards
+from daemon.switching.bringup import probe_generation
+from daemon.switching.drain import in_flight
+from daemon.switching.events import RunEvents
+from daemon.switching.ports import SwitchPorts
+from daemon.teardown.plan import Parked
+
+log = logging.getLogger("k25.park")
+GIB = 1024**3
+
+
+@dataclass(frozen=True)
+class _Entry:
+    info: ParkedInfo
+    profile: Profile  # as its file says now (after a restart) or said when it was parked
+    sha256: str  # of the file it was started from
+
+
+class NotParked(Exception):
+    """One guard said no: the reason goes on the run and the switch goes the normal way."""
+
+
+def _since(info: ParkedInfo) -> str:
+    return datetime.fromtimestamp(info.since, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+class Parking:
+    def __init__(
+        self,
+        *,
+        ports: SwitchPorts,
+        recorder: RunRecorder,
+        store: ParkedStore,
+        weight_bytes: Callable[[Profile], int],
+        mem_available: Callable[[], int],
+        ram_reserve_bytes: int,
+        max_parked: int,
+        stop_timeout_s: float,
+    ) -> None:
+        self.ports, self.recorder, self.store = ports, recorder, store
+        self._weight_bytes, self._mem_available = weight_bytes, mem_available
+        self.ram_reserve_bytes, self.max_parked, self.stop_timeout_s = (
+            ram_reserve_bytes,
+            max_parked,
+            stop_timeout_s,
+        )
+        self._parked: dict[str, _Entry] = {}
+
+    # -- what is parked --------------------------------------------------------------------------------
+
+    def get(self, name: str) -> ParkedInfo | None:
+        entry = self._parked.get(name)
+        return entry.info if entry else None
+
+    def of_unit(self, unit: str) -> ParkedInfo | None:
+        return next((e.info for e in self._parked.values() if e.info.unit == unit), None)
+
+    def units(self) -> frozenset[str]:
+        return frozenset(e.info.unit for e in self._parked.values())
+
+    async def spared(self) -> tuple[Parked, ...]:
+        """What a teardown must spare: each parked unit's processes (its cgroup now), and its residual."""
+        out = []
+        for info in (e.info for e in self._parked.values()):
+            pids = {info.main_pid}
+            try:
+                cg = (await self.ports.systemd.state(info.unit)).control_group
+                pids.update(await asyncio.to_thread(self.ports.teardown.procs.cgroup_pids, cg) if cg else ())
+            except K25Error as e:
+                log.warning(
+                    "parked %s: cannot read its unit (%s): sparing its main PID only", info.profile, e
+                )
+            reason = f"parked profile {info.profile} (sleeping since {_since(info)})"
+            out.append(Parked(reason, frozenset(pids), info.gpu_mib))
+        return tuple(out)
+
+    async def _set(self, entry: _Entry) -> None:
+        self._parked[entry.info.profile] = entry
+        await asyncio.to_thread(self.store.save, entry.info, entry.sha256)
+        self._publish()
+
+    async def _forget(self, name: str) -> ParkedInfo | None:
+        entry = self._parked.pop(name, None)
+        await asyncio.to_thread(self.store.remove, name)
+        self._publish()
+        return entry.info if entry else None
+
+    def _publish(self) -> None:
+        self.recorder.hub.parked(tuple(e.info for e in self._parked.values()))
+
+    # -- park on switch-away ---------------------------------------------------------------------------
+
+    async def park(self, run_id: int, lp: LoadedProfile, target: Profile) -> bool:
+        """Put the engine of `lp` (drained, no longer serving) to sleep; False when it is not parkable or a
+        guard refused (recorded): then the caller stops it as usual."""
+        p, engine = lp.profile, engine_for(lp.profile)
+        calls = engine.park_calls(p)
+        if calls is None:
+            return False
+        events = RunEvents(self.recorder, run_id)
+        try:
+            ram = await self._guards(p, target, engine)
+            await events.phase(
+                Phase.PARKING, f"putting {p.name} to sleep (level {p.park_level}) instead of stopping it"
+            )
+            info = await self._sleep(run_id, p, calls, ram)
+        except NotParked as e:
+            log.warning("run %d: not parking %s: %s; it is stopped instead", run_id, p.name, e)
+            await events.phase(Phase.PARKING, f"not parked: {e}; stopping {p.name} instead")
+            return False
+        await self._set(_Entry(info, p, lp.sha256))
+        held = ", ".join(f"GPU {g}: {mib} MiB" for g, mib in sorted(info.gpu_mib.items()))
+        detail = f"parked {p.name} (main PID {info.main_pid}); still held: {held or 'nothing'}"
+        if info.host_ram_bytes:
+            detail += f"; {info.host_ram_bytes / GIB:.1f} GiB of weights in host RAM"
+        log.info("run %d: %s", run_id, detail)
+        await events.phase(Phase.PARKING, detail)
+        return True
+
+    async def _guards(self, p: Profile, target: Profile, engine: Engine) -> int:
+        """Every guard before the sleep; the weight bytes it will pin in host RAM (0: none)."""
+        others = [name for name in self._parked if name != target.name]  # a parked target wakes next
+        if why := guards.max_parked_problem(others, self.max_parked):
+            raise NotParked(why)
+        if why := guards.port_problem(target, p):
+            raise NotParked(why)
+        bound = {g: p.park_residual_mib for g in p.gpus}
+        await self._fits(target, bound)
+        ram = 0
+        if engine.park_pins_weights(p):
+            ram = await asyncio.to_thread(self._weight_bytes, p)
+            available = await asyncio.to_thread(self._mem_available)
+            if why := guards.ram_problem(ram, available, self.ram_reserve_bytes):
+                raise NotParked(why)
+        if busy := await in_flight(p, self.ports.prober):
+            raise NotParked(f"{busy} request(s) still in flight: a sleep with requests in flight crashes "
+                            "workers (vllm-project/vllm#28714)")  # fmt: skip
+        return ram
+
+    async def _fits(self, target: Profile, held: dict[int, int]) -> None:
+        for info in (e.info for e in self._parked.values()):
+            for g, mib in info.gpu_mib.items():
+                held[g] = held.get(g, 0) + mib
+        fraction = engine_for(target).memory_fraction(target)
+        if fraction is None:
+            return
+        td = self.ports.teardown
+        try:
+            gpus = await asyncio.to_thread(td.gpus.gpus, light=True)
+        except K25Error as e:
+            raise NotParked(f"the GPUs cannot be read to check that {target.name} fits: {e}") from e
+        if why := guards.fit_problem(target, fraction, gpus, td.idle_mib, held):
+            raise NotParked(why)
+
+    async def _sleep(self, run_id: int, p: Profile, calls: ParkCalls, ram: int) -> ParkedInfo:
+        st = await self.ports.systemd.state(p.unit)
+        status = await self.ports.prober.call(p, calls.sleep, timeout_s=p.load_timeout_s)
+        if status != 200:
+            raise NotParked(f"POST {calls.sleep} answered {f'HTTP {status}' if status else 'nothing'}")
+        if calls.sleeping is not None:
+            said = await self.ports.prober.read_json(p, calls.sleeping)
+            if not said or said.get("is_sleeping") is not True:
+                raise NotParked(f"GET {calls.sleeping} answered {said} after the sleep")
+        pids = frozenset(
+            [st.main_pid, *await asyncio.to_thread(self.ports.teardown.procs.cgroup_pids, st.control_group)]
+        )
+        allowed = Parked(f"parking {p.name}", pids, {g: p.park_residual_mib for g in p.gpus})
+        checked = await self.ports.teardown.verify_parked(tuple(p.gpus), allowed)
+        if not checked.ok:  # /sleep said 200 and the memory stayed (vllm-project/vllm#47654)
+            raise NotParked(f"GPU memory still held after the sleep answered 200: {checked.message}")
+        idle = self.ports.teardown.idle_mib
+        residual = {c.index: max(0, c.used_mib - idle.get(c.index, 0)) for c in checked.gpus}
+        return ParkedInfo(p.name, p.unit, time.time(), p.park_level, st.main_pid, residual, ram, run_id)
+
+    # -- the way back ------------------------------------------------------------------------------------
+
+    async def wake(self, run_id: int, lp: LoadedProfile) -> float | None:
+        """Wake the parked engine of `lp` and prove it serves (a generation; for a speculative profile a
+        non-zero acceptance too). The wake's seconds, or None: then it was stopped (recorded) and the caller
+        starts it cold."""
+        p, engine = lp.profile, engine_for(lp.profile)
+        entry, calls = self._parked.get(p.name), engine.park_calls(p)
+        if entry is None:
+            return None
+        events = RunEvents(self.recorder, run_id)
+        info = entry.info
+        await events.phase(
+            Phase.WAKING, f"waking {p.name} (parked since {_since(info)}, main PID {info.main_pid})"
+        )
+        try:
+            if calls is None or entry.sha256 != lp.sha256:
+                raise NotParked("its profile file changed since it was parked: it starts afresh")
+            seconds = await self._wake(p, engine, calls, events)
+        except NotParked as e:
+            log.warning("run %d: wake of %s failed: %s; cold start instead", run_id, p.name, e)
+            await self.release(run_id, p.name, f"wake failed: {e}; it is stopped and started cold")
+            return None
+        await self._forget(p.name)
+        await events.phase(Phase.WAKING, f"{p.name} woke in {seconds:.1f}s and serves")
+        return seconds
+
+    async def _wake(self, p: Profile, engine: Engine, calls: ParkCalls, events: RunEvents) -> float:
+        before = engine.snapshot(p, await self.ports.prober.scrape(p, engine)) if p.speculative else None
+        began = time.monotonic()
+        status = await self.ports.prober.call(p, calls.wake, timeout_s=p.load_timeout_s)
+        if status != 200:  # a wake can run out of GPU memory (vllm-project/vllm#13941, #34600)
+            raise NotParked(f"POST {calls.wake} answered {f'HTTP {status}' if status else 'nothing'}")
+        if calls.sleeping is not None:
+            said = await self.ports.prober.read_json(p, calls.sleeping)
+            if not said or said.get("is_sleeping") is not False:
+                raise NotParked(f"GET {calls.sleeping} answered {said} after the wake")
+        seconds = time.monotonic() - began
+        await events.stage("wake", seconds)
+        progress = ProbeProgress()
+        try:
+            await asyncio.wait_for(
+                probe_generation(p, engine, self.ports.prober, progress, events), p.probe_timeout_s
+            )
+        except TimeoutError as e:
+            raise NotParked(f"not ready within probe_timeout_s after the wake: {progress.what_hung()}") from e
+        except ProbeFailed as e:
+            raise NotParked(str(e)) from e
+        if before is not None:
+            after = engine.snapshot(p, await self.ports.prober.scrape(p, engine))
+            length = engine.usage_delta(p, before, after).acceptance_length
+            if (
+                length is None or length <= 1.0
+            ):  # the drafter's weights not restored (vllm-project/vllm#52479)
+                raise NotParked(
+                    f"the probe after the wake accepted no draft token (acceptance length {length})"
+                )
+        return seconds
+
+    # -- stopping a parked engine ------------------------------------------------------------------------
+
+    async def make_room(self, run_id: int, target: Profile) -> None:
+        """Stop each parked engine that `target` cannot start beside (its port, its GPU memory)."""
+        for entry in list(self._parked.values()):
+            info = entry.info
+            if info.profile == target.name:
+                continue
+            why = guards.port_problem(target, entry.profile)
+            try:
+                if why is None:
+                    await self._fits(target, {})
+            except NotParked as e:
+                why = str(e)
+            if why:
+                await self.release(run_id, info.profile, f"{target.name} cannot start beside it: {why}")
+
+    async def release(self, run_id: int | None, name: str, why: str) -> bool:
+        """Stop a parked engine (its host RAM and GPU residual freed); False when none was parked."""
+        info = await self._forget(name)
+        if info is None:
+            return False
+        log.warning("%sstopping parked %s: %s", f"run {run_id}: " if run_id else "", name, why)
+        if run_id is not None:
+            await self.recorder.event(run_id, Phase.STOP, f"stopping parked {name}: {why}")
+        out = await self.ports.systemd.stop(info.unit, within_s=self.stop_timeout_s)
+        if run_id is not None:
+            await self.recorder.event(
+                run_id, Phase.STOP, f"stopped {info.unit}: job {out.job_result} in {out.seconds:.1f}s"
+            )
+        return True
+
+    async def unpark(self, run_id: int, name: str) -> None:
+        """The operator's unpark, as run `run_id`: the engine stops, its host RAM and GPU memory freed."""
+        info = self.get(name)
+        freed = (f"{info.host_ram_bytes / GIB:.1f} GiB of host RAM and {sum(info.gpu_mib.values())} MiB "
+                 "of GPU memory" if info else "")  # fmt: skip
+        try:
+            stopped = await self.release(run_id, name, "unpark requested")
+        except K25Error as e:
+            await self.recorder.finish(run_id, Outcome.FAILED, error=f"could not stop {name}: {e}")
+            return
+        detail = f"stopped parked {name}: freed {freed}" if stopped else f"{name} was not parked"
+        await self.recorder.finish(run_id, Outcome.OK if stopped else Outcome.SKIPPED, detail=detail)
+
+    async def lost(self, unit: str, how: str) -> ParkedInfo | None:
+        """The serving watch saw a parked unit go down (a crash, an operator's stop): no longer parked."""
+        info = self.of_unit(unit)
+        if info is not None:
+            await self._forget(info.profile)
+            log.error("parked %s is gone: %s", info.profile, how)
+        return info
+
+    async def readopt(self, profiles: ProfileSet) -> set[str]:
+        """After a daemon restart: each recorded parked engine whose unit still runs the same main process
+        (and, where the engine can say, still sleeps) is parked again; the others are forgotten."""
+        for info, sha in await asyncio.to_thread(self.store.all):
+            lp = profiles.get(info.profile)
+            why = await self._still_parked(info, lp)
+            if why is None and lp is not None:
+                self._parked[info.profile] = _Entry(info, lp.profile, sha)
+                log.info(
+                    "readopted parked %s (main PID %d, since %s)", info.profile, info.main_pid, _since(info)
+                )
+            else:
+                log.warning("parked %s not readopted: %s", info.profile, why)
+                await asyncio.to_thread(self.store.remove, info.profile)
+        self._publish()
+        return set(self._parked)
+
+    async def _still_parked(self, info: ParkedInfo, lp: LoadedProfile | None) -> str | None:
+        if lp is None:
+            return "its profile is gone or invalid"
+        try:
+            st = await self.ports.systemd.state(info.unit)
+        except K25Error as e:
+            return f"its unit cannot be read: {e}"
+        if st.is_down or st.main_pid != info.main_pid:
+            return f"{info.unit} is {st.active_state} with main PID {st.main_pid} (parked: {info.main_pid})"
+        calls = engine_for(lp.profile).park_calls(lp.profile)
+        if calls is not None and calls.sleeping is not None:
+            said = await self.ports.prober.read_json(lp.profile, calls.sleeping)
+            if not said or said.get("is_sleeping") is not True:
+                return f"GET {calls.sleeping} answered {said}"
+        return None

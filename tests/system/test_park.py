@@ -1,0 +1,246 @@
+"""Parking against real fake engines in a sandbox of its own: the baseline (park = "sleep", a slow cold
+start) sleeps through an experiment and comes back by a wake, same process, no weight loading, in a
+fraction of its cold start; each engine fault and each guard ends in the normal switch with the reason on
+the run; a daemon restart readopts the parked engine; unpark and a crash while parked free it."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.sandbox import sandbox as sbx
+from daemon.sandbox.layout import fake_engine_profile, free_port, make_models
+from tests.sandboxing import Api, inside
+
+BASELINE_UNIT = "vllm-kimi-k25-int4.service"
+COLD_LOAD_S = 8.0
+SPEC = {"k": 3, "acceptance": 0.5}
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    extra, models = tmp_path_factory.mktemp("park-profiles"), tmp_path_factory.mktemp("park-models")
+    make_models(models)
+
+    def write(name: str, **kw: Any) -> None:
+        kw.setdefault("flavor", "vllm")
+        kw.setdefault("load_seconds", 1.0)
+        (extra / f"{name}.toml").write_text(fake_engine_profile(name, port=free_port(), models=models, **kw))
+
+    # The default profile parks: an 8 s cold start, a wake at 100 GB/s (68 GiB of fake weights: 0.7 s).
+    write("baseline", unit=BASELINE_UNIT, load_seconds=COLD_LOAD_S, park="sleep", wake_gbps=100.0)
+    write("keeps", park="sleep", faults=("sleep-keeps-memory",))
+    write("wakefail", park="sleep", faults=("wake-fails",))
+    write("speczero", park="sleep", spec=SPEC, faults=("wake-zero-acceptance",))
+    write("bigger", settings={"memory_fraction": "1.0"})  # needs every MiB of each GPU
+    info = sbx.up(profiles=extra, load_seconds=1.0, binds=(models,))
+    try:
+        yield Api(info)
+    finally:
+        sbx.down(info)
+
+
+def _main_pid(api: Api, unit: str) -> int:
+    return int(inside(api.info, "systemctl", "show", "-p", "MainPID", "--value", unit).stdout.strip())
+
+
+def _details(run: Any, phase: str | None = None) -> list[str]:
+    return [e["detail"] for e in run["events"] if phase is None or e["phase"] == phase]
+
+
+def _at(e: Any) -> datetime:
+    return datetime.fromisoformat(e["at"])
+
+
+def _ready_s(run: Any, first: str) -> float:
+    """From the bring-up's first event (`start` or `waking`) to the run's end: the engine's ready time."""
+    began = next(_at(e) for e in run["events"] if e["phase"] == first)
+    return (datetime.fromisoformat(run["ended_at"]) - began).total_seconds()
+
+
+def _switch(api: Api, name: str) -> Any:
+    run = api.activate(name, force=True)
+    assert run["outcome"] == "active", run
+    return run
+
+
+def _parked(api: Api) -> dict[str, Any]:
+    return {p["profile"]: p for p in api.status()["parked"]}
+
+
+def _unpark_all(api: Api) -> None:
+    """A test's start: a profile that does not park serves, and whatever an earlier test left parked is
+    stopped (max_parked = 1)."""
+    _switch(api, "vllm-eagle3")
+    for name in _parked(api):
+        assert api.client.post(f"/profiles/{name}/unpark").status_code == 200
+
+
+def test_an_experiment_parks_the_baseline_and_its_restore_is_a_wake(host: Api) -> None:
+    cold = _switch(host, "baseline")
+    pid = _main_pid(host, BASELINE_UNIT)
+    body = {
+        "profiles": ["vllm-eagle3"],
+        "benchmark": {"concurrency": [1], "num_prompts": 2, "max_tokens": 16},
+    }
+    r = host.client.post("/experiments", json=body)
+    assert r.status_code == 202, r.text
+    exp_id = r.json()["run_id"]
+    seen: dict[str, Any] = {}
+
+    def parked_while_measured() -> bool:
+        if host.status()["active_profile"] == "vllm-eagle3" and (p := _parked(host)):
+            seen.update(p)
+            seen["plan"] = host.client.get("/teardown/plan").json()
+            return True
+        return False
+
+    host.wait_until(parked_while_measured, within_s=120, what="baseline parked while vllm-eagle3 serves")
+    assert host.wait_run(exp_id, within_s=180)["outcome"] == "ok"
+    parked = seen["baseline"]
+    assert (parked["main_pid"], parked["level"]) == (pid, 1), parked
+    assert parked["gpu_mib"] == {str(g): 0 for g in range(8)}, parked
+    spared = [
+        s
+        for s in seen["plan"]["spared"]
+        if s["reason"].startswith("parked profile baseline (sleeping since ")
+    ]
+    assert spared, seen["plan"]  # its processes; the victims are those of the engine that serves
+
+    exp = host.client.get(f"/experiments/{exp_id}").json()
+    restore = host.run(exp["restore"]["switch_run_id"])
+    assert (restore["outcome"], restore["profile"]) == ("active", "baseline"), restore
+    assert _main_pid(host, BASELINE_UNIT) == pid  # the same process: woken, not started
+    stages = restore["load_stages"] or {}
+    assert "wake" in stages, stages
+    assert "weights" not in stages, stages
+    assert not any(d.startswith(BASELINE_UNIT) for d in _details(restore, "start"))
+    woke, started = _ready_s(restore, "waking"), _ready_s(cold, "start")
+    print(f"baseline ready: cold start {started:.2f}s, wake {woke:.2f}s, ratio {woke / started:.3f}")
+    assert woke <= 0.2 * started
+    st = host.status()
+    assert (st["state"], st["active_profile"], st["parked"]) == ("active", "baseline", [])
+
+
+def test_a_daemon_restart_readopts_the_parked_engine(host: Api) -> None:
+    _switch(host, "baseline")
+    pid = _main_pid(host, BASELINE_UNIT)
+    _switch(host, "vllm-eagle3")
+    assert "baseline" in _parked(host)
+    old = inside(host.info, "systemctl", "show", "-p", "MainPID", "--value", "k25-ctl.service").stdout.strip()
+    assert inside(host.info, "systemctl", "restart", "k25-ctl.service").returncode == 0
+    host.wait_until(lambda: _parked(host).get("baseline", {}).get("main_pid") == pid, within_s=60,
+                    what="the restarted daemon readopts baseline as parked")  # fmt: skip
+    new = inside(host.info, "systemctl", "show", "-p", "MainPID", "--value", "k25-ctl.service").stdout.strip()
+    assert new != old
+    st = host.status()
+    assert (st["state"], st["active_profile"], st["conflicts"]) == ("active", "vllm-eagle3", [])
+    back = _switch(host, "baseline")
+    assert "wake" in (back["load_stages"] or {})
+    assert _main_pid(host, BASELINE_UNIT) == pid
+
+
+def test_unpark_stops_the_parked_engine(host: Api) -> None:
+    _switch(host, "vllm-eagle3")
+    assert "baseline" in _parked(host)
+    r = host.client.post("/profiles/baseline/unpark")
+    assert r.status_code == 200, r.text
+    run = r.json()
+    assert (run["kind"], run["outcome"]) == ("unpark", "ok"), run
+    assert "freed" in (run["events"][-1]["detail"]), run["events"]
+    assert _parked(host) == {}
+    assert _main_pid(host, BASELINE_UNIT) == 0
+    assert host.client.post("/profiles/baseline/unpark").status_code == 404
+    profiles = {p["name"]: p for p in host.client.get("/profiles").json()}
+    assert profiles["baseline"]["parked"] is False
+
+
+def test_a_crash_while_parked_is_recorded_and_clears_it(host: Api) -> None:
+    _switch(host, "baseline")
+    _switch(host, "vllm-eagle3")
+    assert "baseline" in _parked(host)
+    assert inside(host.info, "systemctl", "kill", "-s", "KILL", BASELINE_UNIT).returncode == 0
+    host.wait_until(lambda: _parked(host) == {}, what="the crashed parked engine forgotten")
+    runs = host.client.get("/runs", params={"profile": "baseline", "limit": 3}).json()
+    crash = next(r for r in runs if r["kind"] == "external")
+    assert crash["outcome"] == "crashed", crash
+    assert "while parked" in crash["error"], crash
+    st = host.status()
+    assert (st["state"], st["active_profile"]) == ("active", "vllm-eagle3")
+
+
+@pytest.mark.parametrize(
+    ("parked", "why"),
+    [
+        ("keeps", "not parked: GPU memory still held after the sleep answered 200"),
+        ("bigger", "not parked: bigger needs 143771 MiB on GPU 0"),
+    ],
+)
+def test_a_refused_park_stops_the_engine_the_normal_way(host: Api, parked: str, why: str) -> None:
+    """sleep-keeps-memory: /sleep says 200 and the GPUs stay full; bigger: the target cannot fit beside the
+    baseline's allowed residual. Either way the switch is done by a stop, with the figures on the run."""
+    leave, target = ("keeps", "vllm-eagle3") if parked == "keeps" else ("baseline", "bigger")
+    _unpark_all(host)
+    _switch(host, leave)
+    run = _switch(host, target)
+    assert any(d.startswith(why) for d in _details(run, "parking")), _details(run)
+    assert any(d.startswith(f"stopping {leave if leave != 'baseline' else BASELINE_UNIT}")
+               or leave in d for d in _details(run, "stop"))  # fmt: skip
+    assert _parked(host) == {}
+
+
+@pytest.mark.parametrize(
+    ("name", "why"),
+    [
+        ("wakefail", "wake failed: POST /wake_up answered HTTP 500"),
+        ("speczero", "wake failed: the probe after the wake accepted no draft token"),
+    ],
+)
+def test_a_failed_wake_falls_back_to_a_cold_start(host: Api, name: str, why: str) -> None:
+    _unpark_all(host)
+    _switch(host, name)
+    pid = _main_pid(host, f"k25-engine@{name}.service")
+    _switch(host, "vllm-eagle3")
+    assert name in _parked(host)
+    run = _switch(host, name)
+    assert any(d.startswith(f"stopping parked {name}: {why}") for d in _details(run, "stop")), _details(run)
+    assert _main_pid(host, f"k25-engine@{name}.service") != pid  # started cold
+    assert f"k25-engine@{name}.service" in _details(run, "start")
+    assert _parked(host) == {}
+
+
+def test_the_ram_guard_refuses_with_figures(host: Api) -> None:
+    config = Path(host.info.config)
+    text = config.read_text()
+    config.write_text(text.replace("park_ram_reserve_bytes = 268435456", f"park_ram_reserve_bytes = {2**50}"))
+    try:
+        _restart(host)
+        _unpark_all(host)
+        _switch(host, "baseline")
+        run = _switch(host, "vllm-eagle3")
+        assert any(d.startswith("not parked: the weights (") and "park_ram_reserve_bytes keeps 1048576.0 GiB" in d
+                   for d in _details(run, "parking")), _details(run)  # fmt: skip
+        assert _parked(host) == {}
+        assert _main_pid(host, BASELINE_UNIT) == 0
+    finally:
+        config.write_text(text)
+        _restart(host)
+
+
+def _restart(host: Api) -> None:
+    old = inside(host.info, "systemctl", "show", "-p", "MainPID", "--value", "k25-ctl.service").stdout.strip()
+    assert inside(host.info, "systemctl", "restart", "k25-ctl.service").returncode == 0
+    host.wait_until(
+        lambda: (
+            inside(
+                host.info, "systemctl", "show", "-p", "MainPID", "--value", "k25-ctl.service"
+            ).stdout.strip()
+            not in ("0", old)
+            and host.client.get("/healthz").status_code == 200
+        ),
+        what="daemon restarted",
+    )
