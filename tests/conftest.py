@@ -2,7 +2,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
+CHROMIUM = "/usr/bin/chromium"
 
 
 @pytest.fixture
@@ -48,3 +49,23 @@ def api(sandbox: SandboxInfo) -> Api:
     from tests.sandboxing import Api
 
     return Api(sandbox)
+
+
+@pytest.fixture
+def page() -> Iterator[Any]:
+    """A page in Debian's headless Chromium (Playwright), for the web tests."""
+    if not Path(CHROMIUM).exists():
+        pytest.fail(f"{CHROMIUM} is missing: scripts/setup.sh installs Debian's chromium")
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(
+            executable_path=CHROMIUM,
+            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
+        )  # fmt: skip
+        # bypass_csp: Playwright's own wait_for_function evaluates strings, which the page's CSP forbids.
+        context = browser.new_context(viewport={"width": 1366, "height": 900}, bypass_csp=True)
+        yield context.new_page()
+        context.close()
+        browser.close()

@@ -183,6 +183,8 @@ def _remote_commands(sub: Any) -> None:
     p = add("warm", r.warm, "read PROFILE's weight files into the page cache")
     p.add_argument("profile")
     p.add_argument("--wait", action="store_true", help="follow it with a progress bar")
+    p = add("unpark", r.unpark, "stop the parked engine of PROFILE (frees its host RAM and GPU memory)")
+    p.add_argument("profile")
     p = add("restore", r.activate, "switch back to the default profile")
     p.add_argument("--wait", action="store_true")
     p.add_argument("--no-drain", action="store_true", help="stop the serving engine at once (cuts requests)")

@@ -1,10 +1,12 @@
-"""CLI commands that talk to the daemon: status, profiles, activate, restore, runs, run, cancel, teardown."""
+"""CLI commands that talk to the daemon: status, profiles, activate, restore, unpark, runs, run, cancel,
+teardown."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -36,6 +38,7 @@ def status(args: argparse.Namespace) -> int:
         pct = st.get("progress_percent")
         prog = f" {pct}% ({st['progress_done']}/{st['progress_total']})" if pct is not None else ""
         lines.append(f"run      {st['run_id']} -> {st['target_profile']}: {st['phase']}{prog}")
+    lines += [describe_parked(pk) for pk in st.get("parked") or []]
     for g in st["gpus"]:
         lines.append(
             f"gpu {g['index']}    {g['memory_used_mib']}/{g['memory_total_mib']} MiB, "
@@ -57,6 +60,7 @@ def profiles(args: argparse.Namespace) -> int:
                 f"{p['name']:20} {p['engine']:7} {p['unit']:40} {state:10} {cached}"
                 + (f" (warm {p['warm']})" if p.get("warm") not in (None, "off") else "")
                 + ("  (default)" if p["default"] else "")
+                + ("  (parked)" if p.get("parked") else "")
             )
         else:
             lines.append(f"{p['name']:20} INVALID {p['error']}")
@@ -118,6 +122,13 @@ def warm(args: argparse.Namespace) -> int:
     return _started(c, args, body, "ok")
 
 
+def unpark(args: argparse.Namespace) -> int:
+    _, r = client(args).post(f"/profiles/{args.profile}/unpark")
+    detail = r["events"][-1]["detail"] if r.get("events") else r["outcome"]
+    emit(args, r, f"run {r['id']} unpark {args.profile}: {r['outcome']}: {detail}")
+    return EXIT_OK if r["outcome"] not in FAILED_OUTCOMES else EXIT_FAILED
+
+
 def runs(args: argparse.Namespace) -> int:
     items = client(args).get("/runs", profile=args.profile, limit=args.limit)
     lines = [
@@ -142,6 +153,13 @@ def run(args: argparse.Namespace) -> int:
         lines.append(f"error:\n{r['error']}")
     emit(args, r, "\n".join(lines))
     return EXIT_OK if r["outcome"] not in FAILED_OUTCOMES else EXIT_FAILED
+
+
+def describe_parked(pk: ApiJson) -> str:
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(pk["since"]))
+    held = f"{sum(pk['gpu_mib'].values())} MiB on {len(pk['gpu_mib'])} GPU(s)"
+    return (f"parked   {pk['profile']} since {since} (level {pk['level']}, main PID {pk['main_pid']}): "
+            f"{held}, {pk['host_ram_bytes'] / 2**30:.1f} GiB host RAM")  # fmt: skip
 
 
 def describe_cost(cost: ApiJson) -> str:

@@ -37,10 +37,12 @@ class LoadStages:
 def segments(stages: dict[str, float], load_seconds: float | None) -> list[tuple[str, float]]:
     """Disjoint pieces of the start -> HTTP up time, for a stacked bar: the weights (vLLM's model load when
     printed: it includes them), compile and graphs, the rest of the engine's init (KV cache, warm-up), and
-    what no line accounts for. A page-cache warm before the start is its own piece, first."""
+    what no line accounts for. A page-cache warm before the start is its own piece, first; a parked
+    engine's wake (its weights back from host RAM) is the whole of its load."""
     out: list[tuple[str, float]] = []
-    if "warm" in stages:
-        out.append(("warm", stages["warm"]))
+    for own in ("warm", "wake"):
+        if own in stages:
+            out.append((own, stages[own]))
     load = stages.get("model_load", stages.get("weights"))
     if load is not None:
         out.append(("weights", load))

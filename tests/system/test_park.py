@@ -5,6 +5,8 @@ the run; a daemon restart readopts the parked engine; unpark and a crash while p
 
 from __future__ import annotations
 
+import re
+import subprocess
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
@@ -12,6 +14,7 @@ from typing import Any
 
 import pytest
 
+from daemon.core.command import k25_command
 from daemon.sandbox import sandbox as sbx
 from daemon.sandbox.layout import fake_engine_profile, free_port, make_models
 from tests.sandboxing import Api, inside
@@ -46,6 +49,11 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
 
 def _main_pid(api: Api, unit: str) -> int:
     return int(inside(api.info, "systemctl", "show", "-p", "MainPID", "--value", unit).stdout.strip())
+
+
+def _cli(host: Api, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {"K25_CONFIG": host.info.config, "PATH": "/usr/bin:/bin"}
+    return subprocess.run([*k25_command(), *args], capture_output=True, text=True, timeout=120, env=env)
 
 
 def _details(run: Any, phase: str | None = None) -> list[str]:
@@ -147,11 +155,17 @@ def test_a_daemon_restart_readopts_the_parked_engine(host: Api) -> None:
 def test_unpark_stops_the_parked_engine(host: Api) -> None:
     _switch(host, "vllm-eagle3")
     assert "baseline" in _parked(host)
-    r = host.client.post("/profiles/baseline/unpark")
-    assert r.status_code == 200, r.text
-    run = r.json()
+    shown = _cli(host, "status")
+    assert shown.returncode == 0, shown.stderr
+    assert re.search(
+        r"^parked +baseline since .* \(level 1, main PID \d+\): 0 MiB on 8 GPU\(s\)", shown.stdout, re.M
+    )
+    assert re.search(r"^baseline .*\(parked\)$", _cli(host, "profiles").stdout, re.M)
+    r = _cli(host, "unpark", "baseline")
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert re.match(r"run \d+ unpark baseline: ok: stopped parked baseline: freed ", r.stdout), r.stdout
+    run = host.client.get("/runs", params={"profile": "baseline", "limit": 1}).json()[0]
     assert (run["kind"], run["outcome"]) == ("unpark", "ok"), run
-    assert "freed" in (run["events"][-1]["detail"]), run["events"]
     assert _parked(host) == {}
     assert _main_pid(host, BASELINE_UNIT) == 0
     assert host.client.post("/profiles/baseline/unpark").status_code == 404
@@ -244,3 +258,22 @@ def _restart(host: Api) -> None:
         ),
         what="daemon restarted",
     )
+
+
+@pytest.mark.web
+def test_the_page_shows_the_parked_engine_and_unparks_it(host: Api, page: Any) -> None:
+    _unpark_all(host)
+    _switch(host, "baseline")
+    _switch(host, "vllm-eagle3")
+    errors: list[str] = []
+    page.on("pageerror", lambda e: errors.append(str(e)))
+    page.on("dialog", lambda d: d.accept(host.info.token))  # the token prompt, answered once
+    page.goto(host.info.url + "/")
+    page.wait_for_function("document.getElementById('parked').textContent.startsWith('parked: baseline since ')",
+                           timeout=15000)  # fmt: skip
+    assert "(0 MiB GPU, " in page.text_content("#parked")
+    page.click("button[data-unpark='baseline']")
+    page.wait_for_function("document.getElementById('parked').textContent === ''", timeout=30000)
+    page.wait_for_function("document.querySelectorAll('button[data-unpark]').length === 0", timeout=30000)
+    assert _parked(host) == {}
+    assert errors == []

@@ -100,6 +100,7 @@ def test_breakdown_segments() -> None:
     assert [k for k, _ in got] == ["warm", "weights", "compile", "graphs", "kv_cache_warmup", "other"]
     assert [v for _, v in got] == pytest.approx([3.0, 12.0, 5.0, 4.0, 11.0, 8.0])
     assert segments({"weights": 1.0}, None) == [("weights", 1.0)]
+    assert segments({"wake": 0.8}, 0.8) == [("wake", 0.8)]  # a parked engine's wake is all its load
 
 
 def test_cachestat_and_mincore_agree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

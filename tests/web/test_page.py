@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,27 +12,7 @@ from daemon.sandbox.sandbox import SandboxInfo
 from tests.sandboxing import Api
 
 pytestmark = pytest.mark.web
-CHROMIUM = "/usr/bin/chromium"
 ARTIFACTS = Path(os.environ.get("K25_ARTIFACTS", Path(__file__).resolve().parents[2] / "artifacts"))
-
-
-@pytest.fixture
-def page() -> Iterator[Any]:
-    if not Path(CHROMIUM).exists():
-        pytest.fail(f"{CHROMIUM} is missing: scripts/setup.sh installs Debian's chromium")
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=CHROMIUM,
-            args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                  "--disable-background-networking", "--disable-component-update", "--disable-sync"],
-        )  # fmt: skip
-        # bypass_csp: Playwright's own wait_for_function evaluates strings, which the page's CSP forbids.
-        context = browser.new_context(viewport={"width": 1366, "height": 900}, bypass_csp=True)
-        yield context.new_page()
-        context.close()
-        browser.close()
 
 
 def test_page_activate_with_live_progress(page: Any, api: Api, sandbox: SandboxInfo) -> None:

@@ -1,0 +1,70 @@
+"""Parking through the app with fake host ports: the park and the wake as the engine's endpoints answer
+them, the state /status and /profiles show, a refused sleep that falls back to a stop, and unpark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from tests.api.conftest import PROFILE, Env, running_env
+
+PARKS = PROFILE.format(port=9100) + 'park = "sleep"\n'
+
+
+async def _activate(env: Env, name: str) -> Any:
+    r = await env.client.post(f"/profiles/{name}/activate", params={"wait": True}, headers=env.auth)
+    run = r.json()
+    assert run["outcome"] == "active", run
+    return run
+
+
+async def _parkable_baseline(env: Env, tmp_path: Path) -> None:
+    (tmp_path / "profiles.d" / "baseline.toml").write_text(PARKS)
+    assert (await env.client.post("/profiles/reload", headers=env.auth)).status_code == 200
+    await _activate(env, "baseline")
+
+
+def _details(run: Any, phase: str) -> list[str]:
+    return [e["detail"] for e in run["events"] if e["phase"] == phase]
+
+
+async def test_park_then_wake(tmp_path: Path) -> None:
+    async with running_env(tmp_path, park_ram_reserve_bytes=0) as env:
+        await _parkable_baseline(env, tmp_path)
+        unit = "k25-engine@baseline.service"
+        env.prober.json_answers[("baseline", "/is_sleeping")] = {"is_sleeping": True}
+        away = await _activate(env, "alpha")
+        assert ("baseline", "/sleep?level=1") in env.prober.calls
+        assert _details(away, "parking")[-1].startswith("parked baseline (main PID ")
+        assert env.systemd.states[unit].active_state == "active"  # not stopped
+        assert not any(d.startswith(f"stopping {unit}") for d in _details(away, "stop"))
+        st = (await env.client.get("/status")).json()
+        assert [p["profile"] for p in st["parked"]] == ["baseline"]
+        assert st["conflicts"] == []  # a parked unit that runs is no conflict
+        profiles = {p["name"]: p["parked"] for p in (await env.client.get("/profiles")).json() if p["valid"]}
+        assert profiles == {"baseline": True, "alpha": False, "beta": False}
+
+        env.prober.json_answers[("baseline", "/is_sleeping")] = {"is_sleeping": False}
+        back = await _activate(env, "baseline")
+        assert ("baseline", "/wake_up") in env.prober.calls
+        assert "wake" in back["load_stages"]
+        assert _details(back, "waking")[-1].startswith("baseline woke in ")
+        assert (await env.client.get("/status")).json()["parked"] == []
+
+
+async def test_a_refused_sleep_stops_the_engine_and_says_why(tmp_path: Path) -> None:
+    async with running_env(tmp_path, park_ram_reserve_bytes=0) as env:
+        await _parkable_baseline(env, tmp_path)
+        env.prober.call_status = 500
+        away = await _activate(env, "alpha")
+        assert "not parked: POST /sleep?level=1 answered HTTP 500; stopping baseline instead" in _details(
+            away, "parking"
+        )
+        assert env.systemd.states["k25-engine@baseline.service"].active_state == "inactive"
+        assert (await env.client.get("/status")).json()["parked"] == []
+
+
+async def test_unpark_needs_a_parked_profile_and_the_token(env: Env) -> None:
+    assert (await env.client.post("/profiles/baseline/unpark")).status_code == 401
+    r = await env.client.post("/profiles/baseline/unpark", headers=env.auth)
+    assert (r.status_code, r.json()) == (404, {"detail": "profile 'baseline' is not parked"})

@@ -1,0 +1,72 @@
+"""Parking's guards as pure functions: each says no with the figures an operator needs, and yes exactly
+where the engine would start (vLLM's own check: gpu_memory_utilization x total must be free)."""
+
+from __future__ import annotations
+
+from daemon.core.profiles import Profile
+from daemon.engines import engine_for
+from daemon.host.gpu import GpuInfo
+from daemon.switching import park_guards as g
+
+TOTAL = 143_771
+GIB = 1024**3
+
+
+def _profile(name: str, port: int, **kw: object) -> Profile:
+    return Profile.model_validate({"name": name, "engine": "vllm", "model": "/m", "port": port, **kw})
+
+
+def _gpus(*indices: int) -> list[GpuInfo]:
+    return [GpuInfo(i, "H200", f"GPU-{i}", TOTAL, 600, ()) for i in indices]
+
+
+def test_the_target_must_fit_beside_the_parked_residual() -> None:
+    target = _profile("t", 9001)
+    fraction = engine_for(target).memory_fraction(target)
+    assert fraction == 0.9  # vLLM's default gpu_memory_utilization
+    idle = {i: 600 for i in range(8)}
+    assert g.fit_problem(target, fraction, _gpus(*range(8)), idle, {i: 6144 for i in range(8)}) is None
+    # 0.9 x 143771 = 129394 MiB needed; beside 14000 MiB held only 129171 are free.
+    why = g.fit_problem(target, fraction, _gpus(*range(8)), idle, {3: 14_000})
+    assert why == (
+        "t needs 129394 MiB on GPU 3 (0.9 x 143771 MiB) but only 129171 MiB would be free beside the parked "
+        "engine (14000 MiB held, 600 MiB idle)"
+    )
+    # A GPU the target does not use, or an engine that sizes itself from what is free, is never a problem.
+    on_one = _profile("one", 9002, gpus=[0], tensor_parallel_size=1)
+    assert g.fit_problem(on_one, 0.9, _gpus(*range(8)), idle, {3: 100_000}) is None
+    sglang = Profile.model_validate({"name": "s", "engine": "sglang", "model": "/m", "port": 9003})
+    assert engine_for(sglang).memory_fraction(sglang) is None
+    assert g.fit_problem(sglang, None, _gpus(0), idle, {0: 100_000}) is None
+
+
+def test_host_ram_must_hold_the_pinned_weights_and_the_reserve() -> None:
+    assert g.ram_problem(550 * GIB, 1000 * GIB, 64 * GIB) is None
+    why = g.ram_problem(550 * GIB, 600 * GIB, 64 * GIB)
+    assert why == (
+        "the weights (550.0 GiB) would be pinned in host RAM, but MemAvailable is 600.0 GiB and "
+        "park_ram_reserve_bytes keeps 64.0 GiB free: room for 536.0 GiB"
+    )
+    assert g.ram_problem(1, 10, 64 * GIB) is not None  # less available than the reserve: no room at all
+
+
+def test_a_sleeping_server_keeps_its_port_and_max_parked_counts() -> None:
+    parked = _profile("p", 9000)
+    assert g.port_problem(_profile("t", 9001), parked) is None
+    assert (
+        g.port_problem(_profile("t", 9000), parked)
+        == "t needs port 9000, which the sleeping server of p holds"
+    )
+    assert g.max_parked_problem([], 1) is None
+    assert g.max_parked_problem(["p"], 1) == "max_parked = 1 and p is parked already"
+    assert g.max_parked_problem([], 0) == "max_parked = 0: parking is off on this host"
+
+
+def test_only_a_level_one_park_pins_weights() -> None:
+    v1 = _profile("v", 9000, park="sleep")
+    v2 = _profile("v", 9000, park="sleep", park_level=2)
+    s = Profile.model_validate({"name": "s", "engine": "sglang", "model": "/m", "port": 1, "park": "release"})
+    assert engine_for(v1).park_pins_weights(v1)
+    assert not engine_for(v2).park_pins_weights(v2)
+    assert engine_for(s).park_pins_weights(s)
+    assert not engine_for(_profile("n", 9000)).park_pins_weights(_profile("n", 9000))
