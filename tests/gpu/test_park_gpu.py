@@ -64,9 +64,15 @@ def test_a_parked_engine_survives_the_teardown_and_wakes_bit_exact(
           f"the sleeper's residual {residual} MiB")  # fmt: skip
     assert awake - asleep >= GIB * 1024 - 256  # the weights left the GPU
 
-    other = holders(0, 4)  # the engine switched away from, on the same GPU
     teardown = _teardown(nvml, tmp_path)
-    parked = Parked(f"parked sleeper (pid {proc.pid})", frozenset({proc.pid}), {0: residual + 64})
+    # What a switch checks after the sleep (Parking): only its processes, within park_residual_mib.
+    bound = Parked("parking sleeper", frozenset({proc.pid}), {0: 6144})
+    checked = asyncio.run(teardown.verify_parked((0,), bound))
+    print("verify_parked after the sleep:", checked)
+    assert checked.ok, checked.message
+    recorded = checked.gpus[0].used_mib - teardown.idle_mib.get(0, 0)  # the residual a switch records
+    other = holders(0, 4)  # the engine switched away from, on the same GPU
+    parked = Parked(f"parked sleeper (pid {proc.pid})", frozenset({proc.pid}), {0: recorded})
     plan = asyncio.run(teardown.plan((0,), parked=(parked,)))
     victims = {v.pid for v in plan.victims}
     if victims != {other.pid}:  # the device machine is not ours to clean: only our own holder may go
