@@ -42,6 +42,7 @@ class K25Collector:
         progress = GaugeMetricFamily("k25_load_progress_percent", "load progress of the switch in progress")
         progress.add_metric([], float(st.progress_percent or 0) if st.state is HostState.SWITCHING else 0.0)
         yield progress
+        yield from self._parked()
         summary = self.store.metrics_summary()
         runs = CounterMetricFamily("k25_runs", "runs by kind and outcome", labels=["kind", "outcome"])
         for (kind, outcome), n in sorted(summary.counts.items()):
@@ -104,6 +105,19 @@ class K25Collector:
             if now is not None and value is not None:
                 g.add_metric([now.profile], float(value))
             yield g
+
+    def _parked(self) -> Iterator[Metric]:
+        parked = GaugeMetricFamily("k25_parked", "1 for each parked (sleeping) profile", labels=["profile"])
+        ram = GaugeMetricFamily("k25_parked_host_ram_bytes", "host RAM a parked profile's weights hold",
+                                labels=["profile"])  # fmt: skip
+        gpu = GaugeMetricFamily("k25_parked_gpu_memory_mib", "GPU memory a parked profile still holds",
+                                labels=["profile", "gpu"])  # fmt: skip
+        for p in self.hub.status.parked:
+            parked.add_metric([p.profile], 1.0)
+            ram.add_metric([p.profile], float(p.host_ram_bytes))
+            for index, mib in sorted(p.gpu_mib.items()):
+                gpu.add_metric([p.profile, str(index)], float(mib))
+        yield from (parked, ram, gpu)
 
 
 def render(collector: K25Collector) -> bytes:

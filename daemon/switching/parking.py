@@ -10,7 +10,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
 from daemon.core.errors import K25Error
@@ -127,7 +127,7 @@ class Parking:
             await events.phase(
                 Phase.PARKING, f"putting {p.name} to sleep (level {p.park_level}) instead of stopping it"
             )
-            info = await self._sleep(run_id, p, calls, ram)
+            info = await self._sleep(run_id, lp, calls, ram)
         except NotParked as e:
             log.warning("run %d: not parking %s: %s; it is stopped instead", run_id, p.name, e)
             await events.phase(Phase.PARKING, f"not parked: {e}; stopping {p.name} instead")
@@ -176,8 +176,23 @@ class Parking:
         if why := guards.fit_problem(target, fraction, gpus, td.idle_mib, held):
             raise NotParked(why)
 
-    async def _sleep(self, run_id: int, p: Profile, calls: ParkCalls, ram: int) -> ParkedInfo:
+    async def _sleep(self, run_id: int, lp: LoadedProfile, calls: ParkCalls, ram: int) -> ParkedInfo:
+        """The sleep and its proof. Recorded in the store before the call (with the residual it may keep),
+        so that a daemon that dies meanwhile readopts an engine that sleeps as parked, not as active."""
+        p = lp.profile
         st = await self.ports.systemd.state(p.unit)
+        bound = {g: p.park_residual_mib for g in p.gpus}
+        info = ParkedInfo(p.name, p.unit, time.time(), p.park_level, st.main_pid, bound, ram, run_id)
+        await asyncio.to_thread(self.store.save, info, lp.sha256)
+        try:
+            measured = await self._asleep(p, calls, st.main_pid, st.control_group)
+        except BaseException:
+            await asyncio.to_thread(self.store.remove, p.name)
+            raise
+        return replace(info, gpu_mib=measured)
+
+    async def _asleep(self, p: Profile, calls: ParkCalls, main_pid: int, cgroup: str) -> dict[int, int]:
+        """Sleep, confirm, and verify on the GPUs; what it still holds per GPU above idle."""
         status = await self.ports.prober.call(p, calls.sleep, timeout_s=p.load_timeout_s)
         if status != 200:
             raise NotParked(f"POST {calls.sleep} answered {f'HTTP {status}' if status else 'nothing'}")
@@ -185,16 +200,15 @@ class Parking:
             said = await self.ports.prober.read_json(p, calls.sleeping)
             if not said or said.get("is_sleeping") is not True:
                 raise NotParked(f"GET {calls.sleeping} answered {said} after the sleep")
-        pids = frozenset(
-            [st.main_pid, *await asyncio.to_thread(self.ports.teardown.procs.cgroup_pids, st.control_group)]
+        members = await asyncio.to_thread(self.ports.teardown.procs.cgroup_pids, cgroup) if cgroup else []
+        allowed = Parked(
+            f"parking {p.name}", frozenset([main_pid, *members]), {g: p.park_residual_mib for g in p.gpus}
         )
-        allowed = Parked(f"parking {p.name}", pids, {g: p.park_residual_mib for g in p.gpus})
         checked = await self.ports.teardown.verify_parked(tuple(p.gpus), allowed)
         if not checked.ok:  # /sleep said 200 and the memory stayed (vllm-project/vllm#47654)
             raise NotParked(f"GPU memory still held after the sleep answered 200: {checked.message}")
         idle = self.ports.teardown.idle_mib
-        residual = {c.index: max(0, c.used_mib - idle.get(c.index, 0)) for c in checked.gpus}
-        return ParkedInfo(p.name, p.unit, time.time(), p.park_level, st.main_pid, residual, ram, run_id)
+        return {c.index: max(0, c.used_mib - idle.get(c.index, 0)) for c in checked.gpus}
 
     # -- the way back ------------------------------------------------------------------------------------
 

@@ -21,7 +21,7 @@ from daemon.switching.ports import ServingHooks
 log = logging.getLogger("k25.reconcile")
 
 
-STARTING = (Phase.START, Phase.LOADING, Phase.PROBING)
+STARTING = (Phase.START, Phase.LOADING, Phase.PROBING, Phase.WAKING)  # an engine not yet proven ready
 
 
 @dataclass(frozen=True)

@@ -43,6 +43,11 @@ async def test_park_then_wake(tmp_path: Path) -> None:
         assert st["conflicts"] == []  # a parked unit that runs is no conflict
         profiles = {p["name"]: p["parked"] for p in (await env.client.get("/profiles")).json() if p["valid"]}
         assert profiles == {"baseline": True, "alpha": False, "beta": False}
+        metrics = (await env.client.get("/metrics")).text
+        assert 'k25_parked{profile="baseline"} 1.0' in metrics
+        assert (
+            'k25_parked_gpu_memory_mib{gpu="0",profile="baseline"}' not in metrics
+        )  # no GPU here: none held
 
         env.prober.json_answers[("baseline", "/is_sleeping")] = {"is_sleeping": False}
         back = await _activate(env, "baseline")
