@@ -325,6 +325,9 @@ class Teardown:
 
     async def verify_parked(self, gpus: tuple[int, ...], parked: Parked) -> VerifyResult:
         """After a sleep: on its GPUs only the parked engine's processes, within its allowed residual."""
+        return await self._verify(gpus, (parked,))
+
+    async def _verify(self, gpus: tuple[int, ...] | None, parked: tuple[Parked, ...]) -> VerifyResult:
         return await verify(
             self.gpus,
             gpus,
@@ -332,7 +335,7 @@ class Teardown:
             slack_mib=self.slack_mib,
             samples=self.verify_samples,
             within_s=self.verify_timeout_s,
-            parked=(parked,),
+            parked=parked,
         )
 
     async def run(
@@ -372,16 +375,7 @@ class Teardown:
             return report
         # The GPUs and /dev/shm are independent: verify while the shm files are cleaned.
         checked, _ = await asyncio.gather(
-            verify(
-                self.gpus,
-                gpus,
-                idle_mib=self.idle_mib,
-                slack_mib=self.slack_mib,
-                samples=self.verify_samples,
-                within_s=self.verify_timeout_s,
-                parked=parked,
-            ),
-            clean_shm(self.shm, self.policy.shm_patterns, report),
+            self._verify(gpus, parked), clean_shm(self.shm, self.policy.shm_patterns, report)
         )
         report.verify = checked
         report.steps["verify_s"] = checked.seconds
