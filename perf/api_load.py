@@ -1,12 +1,17 @@
-"""Reads under load, against the daemon in a sandbox: GET /status at a fixed 200 requests/s for 30 s while
-100 clients hold /events open (p50/p99), and GET /metrics over a runs table of 100k rows (p50/p99).
-Targets: /status p99 <= 10 ms, /metrics p99 <= 20 ms. Needs root. `python perf/api_load.py`"""
+"""Reads under load, against the daemon in a sandbox with the baseline active (the serving watch running):
+three rounds of GET /status at a fixed 200 requests/s for 30 s while 100 clients hold /events open, each
+with p50/p99/max, the daemon's CPU, and the slowest event-loop callbacks the daemon logged meanwhile
+(`slow_callback_ms`: each event-loop step over it, named; a regression names its cause); then GET /metrics over a runs
+table of 100k rows (p50/p99). Targets: /status p99 <= 10 ms, /metrics p99 <= 20 ms. Needs root.
+`python perf/api_load.py [--rounds 3] [--slow-ms 20] [--no-debug]`"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import random
+import re
 import sqlite3
 import statistics
 import subprocess
@@ -69,6 +74,29 @@ async def status_load(url: str, rate: float, seconds: float, streams: int) -> li
         return latencies
 
 
+def _daemon(info: sbx.SandboxInfo, *argv: str) -> str:
+    return subprocess.run(
+        info.inside(list(argv)), capture_output=True, text=True, timeout=60, check=True
+    ).stdout
+
+
+def cpu_seconds(info: sbx.SandboxInfo) -> float:
+    """The daemon's user + system CPU so far (its /proc stat, in clock ticks)."""
+    pid = _daemon(info, "systemctl", "show", "-p", "MainPID", "--value", "k25-ctl.service").strip()
+    fields = _daemon(info, "cat", f"/proc/{pid}/stat").rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+SLOW_RE = re.compile(r"slow event-loop step: ([0-9]+) ms in (.*)")
+
+
+def slow_callbacks(info: sbx.SandboxInfo, since: float, top: int = 5) -> list[str]:
+    """The slowest event-loop steps the daemon logged in its journal since `since` (slow_callback_ms)."""
+    text = _daemon(info, "journalctl", "-u", "k25-ctl.service", "-o", "cat", "--since", f"@{since:.0f}")
+    seen = sorted(((int(m[1]), m[2]) for m in SLOW_RE.finditer(text)), reverse=True)
+    return [f"{ms:4d} ms  {what[:300]}" for ms, what in seen[:top]]
+
+
 def fill_runs(db: Path, n: int) -> None:
     rng = random.Random(25)  # noqa: S311 - test data, not secrets
     kinds = ("switch", "rollback", "serving", "external", "teardown")
@@ -88,15 +116,26 @@ def main() -> None:
     ap.add_argument("--seconds", type=float, default=30.0)
     ap.add_argument("--streams", type=int, default=100)
     ap.add_argument("--runs", type=int, default=100_000)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--slow-ms", type=float, default=20.0, help="report event-loop steps longer than this")
+    ap.add_argument("--no-debug", action="store_true", help="without the slow-step reports (their own cost)")
     args = ap.parse_args()
-    info = sbx.up(load_seconds=0.5, settings={"max_sse_streams": str(args.streams + 16)})
+    settings = {"max_sse_streams": str(args.streams + 16)}
+    if not args.no_debug:
+        settings["slow_callback_ms"] = str(args.slow_ms)
+    info = sbx.up(load_seconds=0.5, settings=settings)
     try:
         auth = {"Authorization": f"Bearer {info.token}"}
         httpx.post(f"{info.url}/profiles/baseline/activate", params={"wait": True}, headers=auth, timeout=120)
-        lat = asyncio.run(status_load(info.url, args.rate, args.seconds, args.streams))
-        print(f"GET /status at {args.rate:.0f}/s for {args.seconds:.0f}s with {args.streams} /events streams open: "
-              f"n={len(lat)} p50 {pct(lat, 50):.2f} ms, p99 {pct(lat, 99):.2f} ms, max {max(lat) * 1000:.1f} ms "
-              f"(target p99 <= 10 ms)")  # fmt: skip
+        for n in range(1, args.rounds + 1):
+            began, cpu = time.time(), cpu_seconds(info)
+            lat = asyncio.run(status_load(info.url, args.rate, args.seconds, args.streams))
+            used = (cpu_seconds(info) - cpu) / (time.time() - began)
+            print(f"round {n}: GET /status at {args.rate:.0f}/s for {args.seconds:.0f}s with {args.streams} /events "
+                  f"streams open: n={len(lat)} p50 {pct(lat, 50):.2f} ms, p99 {pct(lat, 99):.2f} ms, "
+                  f"max {max(lat) * 1000:.1f} ms (target p99 <= 10 ms); daemon CPU {100 * used:.0f}% of a core")  # fmt: skip
+            for line in [] if args.no_debug else slow_callbacks(info, began) or ["none"]:
+                print(f"  slowest callbacks over {args.slow_ms:g} ms: {line}")
         fill_runs(Path(info.dir) / "state/k25.db", args.runs)
         # A daemon with that history: it aggregates the runs once at start, then keeps the figures current.
         subprocess.run(info.inside(["systemctl", "restart", "k25-ctl.service"]), check=True, timeout=120)

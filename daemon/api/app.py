@@ -22,6 +22,7 @@ from daemon.api.schemas import HealthOut
 from daemon.api.services import HostPorts, build, real_ports
 from daemon.core.hoststate import HostStatus, StateHub, describe
 from daemon.core.settings import Settings
+from daemon.core.slow_steps import SlowStep, SlowSteps
 from daemon.host.notify import sd_notify
 
 log = logging.getLogger("k25.daemon")
@@ -71,9 +72,19 @@ async def _notify_status(hub: StateHub) -> None:
             sd_notify("WATCHDOG=1")
 
 
+def _log_slow_step(step: SlowStep) -> None:
+    log.warning("slow event-loop step: %s", step)
+
+
 def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real_ports) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        slow = contextlib.ExitStack()
+        if settings.slow_callback_ms is not None:  # diagnosis: each step that blocks the loop, named
+            slow.enter_context(SlowSteps(settings.slow_callback_ms / 1000, _log_slow_step))
+            log.warning(
+                "event-loop steps over %g ms are logged (slow_callback_ms)", settings.slow_callback_ms
+            )
         app.state.token = load_token(settings.token_path)
         app.state.reads_require_token = settings.reads_require_token
         services = await build(settings, ports(settings))
@@ -87,6 +98,7 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
         notifier.cancel()
         sd_notify("STOPPING=1\nSTATUS=stopping (engines keep running)")
         await services.close()
+        slow.close()
 
     app = FastAPI(
         title="k25-ctl",

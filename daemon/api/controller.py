@@ -32,6 +32,7 @@ from daemon.api.schemas import (
     UnitStateOut,
     VictimOut,
 )
+from daemon.api.status_view import StatusView
 from daemon.core import redact
 from daemon.core.errors import Busy, NotFound
 from daemon.core.hoststate import HostState, StateHub
@@ -74,6 +75,7 @@ class Controller:
         self.hub: StateHub = recorder.hub
         self.default_profile = default_profile
         self.collector = K25Collector(self.hub, self.store, sampler, watch.now, recorder.cost)
+        self.status_view = StatusView(self.status, self._status_marks)
 
     async def metrics(self) -> bytes:
         return await asyncio.to_thread(render_metrics, self.collector)
@@ -100,6 +102,11 @@ class Controller:
             why = f"port {port} is not served (active: {st.active_profile} on {where})"
             return ReadyOut(ready=False, profile=st.active_profile, port=where, reason=why)
         return ReadyOut(ready=True, profile=st.active_profile, port=where)
+
+    def _status_marks(self) -> tuple[object, ...]:
+        """What GET /status shows changes only with these (compared by value: cheap, a few objects)."""
+        s = self.sampler
+        return (self.hub.status, s.gpus, s.gpu_error, s.strays, self.watch.changes, self.inventory.profiles)
 
     async def status(self) -> StatusOut:
         st = self.hub.status

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Mapping
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
@@ -15,8 +15,10 @@ from fastapi.openapi.docs import get_swagger_ui_html
 from fastapi.openapi.utils import get_openapi
 from fastapi.responses import HTMLResponse, JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.datastructures import Headers, MutableHeaders
 from starlette.exceptions import HTTPException
 from starlette.routing import BaseRoute, Match
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from daemon.core.errors import K25Error
 from daemon.core.jsontypes import ForeignJson
@@ -112,8 +114,8 @@ def _allowed(app: FastAPI, request: Request) -> list[str]:
 PROMPT_PATHS = ("/benchmarks", "/experiments")  # requests that may carry the operator's prompts
 
 
-def _body_limit(request: Request, settings: Settings) -> int:
-    if request.method == "POST" and request.url.path in PROMPT_PATHS:
+def _body_limit(method: str, path: str, settings: Settings) -> int:
+    if method == "POST" and path in PROMPT_PATHS:
         return settings.max_prompts_body_bytes
     return settings.max_body_bytes
 
@@ -126,24 +128,46 @@ def install(app: FastAPI, settings: Settings) -> None:
 
 
 def _install_edges(app: FastAPI, settings: Settings) -> None:
-    hosts = allowed_hosts(settings)
+    app.add_middleware(Edges, settings=settings)
 
-    @app.middleware("http")
-    async def _edges(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        name = host_name(request.headers.get("host", "")).lower()
-        length = request.headers.get("content-length", "0")
-        if name not in hosts:
-            response: Response = JSONResponse(
+
+class Edges:
+    """Host and body-size checks before a request reaches a route, security headers on every answer. Plain
+    ASGI (no BaseHTTPMiddleware: it costs each request a task and a memory stream)."""
+
+    def __init__(self, app: ASGIApp, settings: Settings) -> None:
+        self.app, self.settings, self.hosts = app, settings, allowed_hosts(settings)
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        name = host_name(headers.get("host", "")).lower()
+        length = headers.get("content-length", "0")
+        refusal: Response | None = None
+        if name not in self.hosts:
+            refusal = JSONResponse(
                 {"detail": f"host {name!r} is not allowed (allowed_hosts setting)"}, status_code=400
             )
-        elif not length.isdigit() or int(length) > (limit := _body_limit(request, settings)):
-            response = JSONResponse({"detail": f"request body over {limit} bytes"}, status_code=413)
+        elif not length.isdigit() or int(length) > (
+            limit := _body_limit(scope["method"], scope["path"], self.settings)
+        ):
+            refusal = JSONResponse({"detail": f"request body over {limit} bytes"}, status_code=413)
+
+        async def send_headed(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                out = MutableHeaders(scope=message)
+                for key, value in HEADERS.items():
+                    out[key] = value
+                if out.get("content-type", "").startswith("text/html"):
+                    out["Content-Security-Policy"] = CSP
+            await send(message)
+
+        if refusal is not None:
+            await refusal(scope, receive, send_headed)
         else:
-            response = await call_next(request)
-        response.headers.update(HEADERS)
-        if response.headers.get("content-type", "").startswith("text/html"):
-            response.headers["Content-Security-Policy"] = CSP
-        return response
+            await self.app(scope, receive, send_headed)
 
 
 def _install_errors(app: FastAPI) -> None:

@@ -62,6 +62,8 @@ class Settings(BaseSettings):
     # Host names the API answers to besides loopback (a DNS-rebinding page gets 400).
     allowed_hosts: list[str] = Field(default_factory=list)
     max_sse_streams: int = Field(default=64, ge=1)  # open /events and /runs/N/events streams
+    # Diagnosis only: every event-loop step that holds the loop this long is logged, named (slow_steps.py).
+    slow_callback_ms: float | None = Field(default=None, gt=0)
     gpu_sample_s: float = Field(default=10.0, gt=0)  # the shared GPU sampler that reads are served from
     strays_sample_s: float = Field(default=60.0, gt=0)
     runs_retention_days: float = Field(default=365.0, gt=0)  # older finished runs are deleted

@@ -104,6 +104,7 @@ class ServingWatch:
         self.serving: Serving | None = None
         self._followers: dict[str, asyncio.Task[None]] = {}
         self.unit_states: dict[str, UnitState] = {}  # the newest state of each followed unit
+        self.changes = 0  # counts what /status shows of the watch (unit states, scrapes, serving runs)
 
     # -- lifecycle ------------------------------------------------------------------------------------
 
@@ -147,6 +148,7 @@ class ServingWatch:
         if self.settings.watch_enabled:
             self.serving.task = asyncio.create_task(self._liveness(self.serving))
         self.hub.serving(run_id)
+        self.changes += 1
         return run_id
 
     async def end(self, outcome: Outcome, detail: str, *, host: HostAfter | None = None) -> int | None:
@@ -206,6 +208,7 @@ class ServingWatch:
                 async with self.systemd.watch(unit) as states:
                     async for st in states:
                         self.unit_states[unit] = st
+                        self.changes += 1
                         await self._on_unit(unit, st)
             except asyncio.CancelledError:
                 raise
@@ -221,6 +224,7 @@ class ServingWatch:
             return  # the switch in progress drives the units: their changes are its own
         try:  # act on the unit as it is now: a change announced during a switch may be stale by now
             st = self.unit_states[unit] = await self.systemd.state(unit)
+            self.changes += 1
         except K25Error:
             return
         if self.jobs.switching:
@@ -344,6 +348,7 @@ class ServingWatch:
         assert window is not None  # noqa: S101 - set with the serving run
         before = serving.last
         serving.last = snap
+        self.changes += 1
         row = window.add(snap, now, datetime.now(UTC))
         if row is not None:
             await asyncio.to_thread(self.store.add_row, row)

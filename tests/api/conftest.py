@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import time
 from collections.abc import AsyncIterator
@@ -19,6 +20,7 @@ from daemon.core.settings import Settings
 from daemon.host.gpu import NoGpus
 from daemon.sandbox.fake_http import FakeConfig, build_app
 from tests.api.fakes import FakeJournal, FakeProber, FakeSystemd, FakeTimers, fake_teardown
+from tests.slow_callbacks import SlowCallbacks
 from tests.waiting import eventually
 
 PROFILE = 'engine = "vllm"\nmodel = "/m"\nport = {port}\ntensor_parallel_size = 1\ngpus = [0]\nprobe_timeout_s = 5\n'
@@ -34,6 +36,15 @@ class Env:
     auth: dict[str, str]
     app: FastAPI
     journal: FakeJournal
+
+
+@pytest.fixture(autouse=True)
+async def _no_blocking_call_on_the_loop() -> AsyncIterator[None]:
+    """Every API test runs with asyncio's debug mode: a callback of the daemon's that blocks the loop for
+    over 100 ms (a sync call where an await or a thread belongs) fails the test that drove it."""
+    with SlowCallbacks(asyncio.get_running_loop()) as slow:
+        yield
+    assert slow.seen == [], "blocking calls on the event loop:\n" + "\n".join(slow.seen)
 
 
 @pytest.fixture(autouse=True)

@@ -15,7 +15,8 @@ from daemon.api.schemas import AcceptedOut, ErrorOut, RunOut
 from daemon.core.jsontypes import ForeignJson
 
 
-def controller(request: Request) -> Controller:
+# Dependencies are coroutines: FastAPI runs a plain `def` one in its thread pool, a hand-off per request.
+async def controller(request: Request) -> Controller:
     c: Controller = request.app.state.controller
     return c
 
@@ -25,11 +26,11 @@ bearer = HTTPBearer(auto_error=False, description="the token in /etc/k25-ctl/tok
 Bearer = Annotated[HTTPAuthorizationCredentials | None, Security(bearer)]
 
 
-def write_access(request: Request, _: Bearer) -> None:
+async def write_access(request: Request, _: Bearer) -> None:
     auth.check(request, request.app.state.token)
 
 
-def read_access(request: Request) -> None:
+async def read_access(request: Request) -> None:
     """Reads are open unless reads_require_token: http.install marks their bearer as optional in OpenAPI."""
     if request.app.state.reads_require_token:
         auth.check(request, request.app.state.token)

@@ -34,9 +34,13 @@ async def ready(
     return JSONResponse(out.model_dump(mode="json"), status_code=200 if out.ready else 503)
 
 
-@read.get("/status")
-async def status(c: Ctl) -> StatusOut:
-    return await c.status()
+@read.get("/status", response_model=StatusOut, responses={304: {"description": "unchanged (If-None-Match)"}})
+async def status(c: Ctl, request: Request) -> Response:
+    """Served from a snapshot serialized once per change, with an ETag (`If-None-Match` gets a 304)."""
+    body, etag = await c.status_view.body()
+    if request.headers.get("if-none-match") == etag:
+        return Response(status_code=304, headers={"ETag": etag})
+    return Response(body, media_type="application/json", headers={"ETag": etag})
 
 
 @read.get("/events", response_class=StreamingResponse, responses=SSE)

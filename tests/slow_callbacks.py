@@ -1,0 +1,34 @@
+"""A guard for the daemon's event loop: every callback the loop runs is timed (daemon/core/slow_steps.py) and
+each that ran longer than a threshold without yielding is collected, so a test fails when a blocking call
+lands on the loop. Not a timing test: a step of the daemon's own code that blocks for 100 ms is a bug
+however fast the machine."""
+
+from __future__ import annotations
+
+import asyncio
+
+from daemon.core.slow_steps import SlowStep, SlowSteps
+
+SLOW_S = 0.1
+# The test's own coroutine (its task is made by asyncio.Runner, the fixtures' by pytest-asyncio) is the
+# test's business, not the daemon's.
+OWN_TASKS = ("test_", "_asyncgen_fixture_wrapper", "setup", "finalizer")
+
+
+class SlowCallbacks:
+    def __init__(self, loop: asyncio.AbstractEventLoop, threshold_s: float = SLOW_S) -> None:
+        self.loop = loop
+        self.seen: list[str] = []
+        self._steps = SlowSteps(threshold_s, self._report)
+
+    def _report(self, step: SlowStep) -> None:
+        coro = step.what.split(" ")[2] if step.what.startswith("task ") else ""
+        if not coro.startswith(OWN_TASKS) and ".<locals>.setup" not in coro:
+            self.seen.append(str(step))
+
+    def __enter__(self) -> SlowCallbacks:
+        self._steps.__enter__()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._steps.__exit__()

@@ -1,0 +1,29 @@
+"""The event-loop guard the API tests run under: a callback that blocks the loop is reported (with what
+it was), one that awaits is not, and the test's own coroutine is left to the test."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from tests.slow_callbacks import SlowCallbacks
+
+
+async def test_a_blocking_callback_is_reported_and_an_awaiting_one_is_not() -> None:
+    loop = asyncio.get_running_loop()
+
+    async def polite() -> None:
+        await asyncio.sleep(0.15)  # as long, but the loop runs meanwhile
+
+    with SlowCallbacks(loop, threshold_s=0.05) as slow:
+        loop.call_soon(time.sleep, 0.12)  # blocks the loop, as a sync call in a route would
+        await asyncio.gather(polite(), asyncio.sleep(0.2))
+    assert len(slow.seen) == 1, slow.seen
+    assert "<built-in function sleep>" in slow.seen[0], slow.seen
+
+
+async def test_the_tests_own_coroutine_is_not_the_daemons() -> None:
+    with SlowCallbacks(asyncio.get_running_loop(), threshold_s=0.05) as slow:
+        time.sleep(0.08)  # noqa: ASYNC251 - on purpose: this test's own body blocks (asyncio.Runner made its task)
+        await asyncio.sleep(0)
+    assert slow.seen == []
