@@ -31,47 +31,57 @@ def pct(values: list[float], p: float) -> float:
     return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] * 1000
 
 
-async def status_load(url: str, rate: float, seconds: float, streams: int) -> list[float]:
-    limits = httpx.Limits(max_connections=64, max_keepalive_connections=64)
-    async with (
-        httpx.AsyncClient(base_url=url, timeout=30, limits=limits) as c,
-        httpx.AsyncClient(
-            base_url=url,
-            timeout=httpx.Timeout(30, read=None),
-            limits=httpx.Limits(max_connections=streams + 4),
-        ) as sse,
-    ):
-        opened = asyncio.Event()
-        count = 0
+async def status_load(
+    url: str, rate: float, seconds: float, streams: int, connections: int = 64
+) -> list[float]:
+    """Open loop: requests leave on schedule over `connections` keep-alive connections whatever the answers
+    do, while `streams` clients hold /events open. Raw asyncio HTTP/1.1, so that on a small machine what is
+    measured is the daemon, not a heavy client sharing its cores."""
+    host, port = url.removeprefix("http://").split(":")
+    head = f"Host: {host}:{port}\r\n\r\n".encode()
 
-        async def hold() -> None:
-            nonlocal count
-            async with sse.stream("GET", "/events") as r:
-                count += 1
-                if count == streams:
-                    opened.set()
-                async for _ in r.aiter_lines():
-                    pass
+    async def hold(opened: list[int], ready: asyncio.Event) -> None:
+        reader, writer = await asyncio.open_connection(host, int(port))
+        writer.write(b"GET /events HTTP/1.1\r\n" + head)
+        await reader.readuntil(b"\r\n\r\n")
+        opened.append(1)
+        if len(opened) == streams:
+            ready.set()
+        while await reader.read(65536):
+            pass
 
-        holders = [asyncio.create_task(hold()) for _ in range(streams)]
-        await asyncio.wait_for(opened.wait(), 60)
-        latencies: list[float] = []
+    pool: asyncio.Queue[tuple[asyncio.StreamReader, asyncio.StreamWriter]] = asyncio.Queue()
+    for _ in range(connections):
+        pool.put_nowait(await asyncio.open_connection(host, int(port)))
+    opened: list[int] = []
+    ready = asyncio.Event()
+    holders = [asyncio.create_task(hold(opened, ready)) for _ in range(streams)]
+    await asyncio.wait_for(ready.wait(), 60)
+    latencies: list[float] = []
 
-        async def one() -> None:
-            t = time.perf_counter()
-            r = await c.get("/status")
-            r.raise_for_status()
-            latencies.append(time.perf_counter() - t)
+    async def one(sent: float) -> None:
+        reader, writer = await pool.get()
+        writer.write(b"GET /status HTTP/1.1\r\n" + head)
+        answer = await reader.readuntil(b"\r\n\r\n")
+        length = re.search(rb"(?i)content-length: *(\d+)", answer)
+        if not answer.startswith(b"HTTP/1.1 200") or length is None:
+            raise SystemExit(f"GET /status answered {answer[:80]!r}")
+        await reader.readexactly(int(length[1]))
+        latencies.append(time.perf_counter() - sent)
+        pool.put_nowait((reader, writer))
 
-        tasks = []
-        start = time.perf_counter()
-        for i in range(int(rate * seconds)):  # open loop: requests leave on schedule, whatever the answers do
-            await asyncio.sleep(max(0.0, start + i / rate - time.perf_counter()))
-            tasks.append(asyncio.create_task(one()))
-        await asyncio.gather(*tasks)
-        for h in holders:
-            h.cancel()
-        return latencies
+    tasks = []
+    start = time.perf_counter()
+    for i in range(int(rate * seconds)):
+        due = start + i / rate
+        await asyncio.sleep(max(0.0, due - time.perf_counter()))
+        tasks.append(asyncio.create_task(one(due)))  # latency counted from when it was due
+    await asyncio.gather(*tasks)
+    for h in holders:
+        h.cancel()
+    while not pool.empty():
+        pool.get_nowait()[1].close()
+    return latencies
 
 
 def _daemon(info: sbx.SandboxInfo, *argv: str) -> str:

@@ -25,6 +25,8 @@ from perf.watch import cpu_s, daemon_process
 
 PRODUCTION = {"watch_interval_s": "10", "stall_s": "120", "restart_backoff_s": "5"}
 OWN = "/daemon/"  # frames of k25-ctl's own code
+# Leaves where a thread waits (non-blocking sampling cannot tell py-spy which threads idle): not work.
+IDLE = ("EpollSelector.select", "_worker", "wait", "Condition.wait", "_wait_for_tstate_lock", "sleep")
 
 
 def record(pid: int, seconds: float, rate: int) -> tuple[subprocess.Popen[bytes], Path] | None:
@@ -48,11 +50,17 @@ def what_it_did(spy: tuple[subprocess.Popen[bytes], Path] | None, top: int = 6) 
     for line in path.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
         frames = stack.split(";")
+        if frames[-1].split(" (")[0] in IDLE:
+            continue
         own = [f for f in frames if OWN in f]
         counts[(own or frames)[-1].split(" (")[0]] += int(n)
     path.unlink()
-    total = sum(counts.values()) or 1
-    return [f"{100 * n / total:5.1f}%  {frame}" for frame, n in counts.most_common(top)]
+    total = sum(counts.values())
+    if not total:
+        return ["no busy sample"]
+    return [
+        f"{100 * n / total:5.1f}% of {total} busy samples  {frame}" for frame, n in counts.most_common(top)
+    ]
 
 
 def window(p: psutil.Process, seconds: float, label: str, rate: int, *, from_start: bool = False) -> None:

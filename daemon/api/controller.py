@@ -4,10 +4,11 @@ Routes stay thin; this is where a request becomes service calls and the answer b
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from dataclasses import asdict
 
 from daemon.api.benchmark_controller import BenchController
+from daemon.api.http import sse_frame
 from daemon.api.schemas import (
     AcceptedOut,
     CancelOut,
@@ -35,7 +36,7 @@ from daemon.api.schemas import (
 from daemon.api.status_view import StatusView
 from daemon.core import redact
 from daemon.core.errors import Busy, NotFound
-from daemon.core.hoststate import HostState, StateHub
+from daemon.core.hoststate import HostState, HostStatus, StateHub
 from daemon.core.run_types import FINAL_OUTCOMES, NewRun, Outcome, Phase, RunEventJson, RunKind
 from daemon.engines.load_stages import segments
 from daemon.runs.jobs import JobKind, Jobs
@@ -76,6 +77,7 @@ class Controller:
         self.default_profile = default_profile
         self.collector = K25Collector(self.hub, self.store, sampler, watch.now, recorder.cost)
         self.status_view = StatusView(self.status, self._status_marks)
+        self._frame: tuple[HostStatus, bytes] | None = None  # the newest /events frame
 
     async def metrics(self) -> bytes:
         return await asyncio.to_thread(render_metrics, self.collector)
@@ -215,9 +217,16 @@ class Controller:
                 if event.get("final"):
                     return
 
-    async def host_events(self) -> AsyncIterator[Mapping[str, object]]:
+    async def host_events(self) -> AsyncIterator[bytes]:
         async for status in self.hub.subscribe():
-            yield status.to_dict() | {"reason": redact.optional_text(status.reason)}
+            yield self._host_frame(status)
+
+    def _host_frame(self, status: HostStatus) -> bytes:
+        """A state change as an SSE frame, rendered once and written to every open /events stream."""
+        if self._frame is None or self._frame[0] is not status:
+            event = status.to_dict() | {"reason": redact.optional_text(status.reason)}
+            self._frame = (status, sse_frame(status.state, event))
+        return self._frame[1]
 
     async def teardown_plan(self) -> TeardownPlanOut:
         plan = await self.teardown.plan(managed_units=self._units(), parked=await self.parking.spared())

@@ -57,6 +57,10 @@ def allowed_hosts(settings: Settings) -> set[str]:
     return {n.lower() for n in names}
 
 
+def sse_frame(name: object, event: Mapping[str, object]) -> bytes:
+    return f"event: {name or 'message'}\ndata: {json.dumps(event, default=str)}\n\n".encode()
+
+
 class SseGate:
     """At most `limit` open event streams (each holds a socket and a task); all of them end when the daemon
     stops, so a restart never waits on a browser tab."""
@@ -65,7 +69,9 @@ class SseGate:
         self.limit, self.open = limit, 0
         self.stopping = asyncio.Event()
 
-    def stream(self, events: AsyncIterator[Mapping[str, object]], name: str) -> StreamingResponse:
+    def stream(self, events: AsyncIterator[Mapping[str, object] | bytes], name: str) -> StreamingResponse:
+        """Each event a JSON object (named by its `name` field), or a frame already rendered (bytes: one
+        serialization shared by every stream)."""
         if self.open >= self.limit:
             raise Overloaded(
                 f"{self.open} event streams are open (max_sse_streams = {self.limit}); try later"
@@ -85,8 +91,7 @@ class SseGate:
                         event = nxt.result()
                     except StopAsyncIteration:
                         return
-                    data = json.dumps(event, default=str)
-                    yield f"event: {event.get(name) or 'message'}\ndata: {data}\n\n".encode()
+                    yield event if isinstance(event, bytes) else sse_frame(event.get(name), event)
             finally:
                 stop.cancel()
                 self.open -= 1
