@@ -9,9 +9,11 @@ import logging
 import os
 import signal
 import time
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 
+import anyio
 from fastapi import FastAPI
 
 from daemon.api import routes
@@ -72,6 +74,16 @@ async def _notify_status(hub: StateHub) -> None:
             sd_notify("WATCHDOG=1")
 
 
+def _resolve_lazy_imports() -> None:
+    """anyio imports its API on first use: on the event loop, inside a request (the first file response of
+    the page imported anyio's file module there: a 265 ms step, found by slow_steps). Once, at start."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)  # its deprecated aliases warn when resolved
+        for name in anyio.__dir__():
+            if not name.startswith("_"):
+                getattr(anyio, name)
+
+
 def _log_slow_step(step: SlowStep) -> None:
     log.warning("slow event-loop step: %s", step)
 
@@ -85,6 +97,7 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
             log.warning(
                 "event-loop steps over %g ms are logged (slow_callback_ms)", settings.slow_callback_ms
             )
+        _resolve_lazy_imports()
         app.state.token = load_token(settings.token_path)
         app.state.reads_require_token = settings.reads_require_token
         services = await build(settings, ports(settings))

@@ -85,6 +85,8 @@ class Jobs:
     def __init__(self, hub: StateHub) -> None:
         self.hub = hub
         self._jobs: list[Job] = []
+        self._no_switch = asyncio.Event()  # set while no switch (restart, rollback) holds the host
+        self._no_switch.set()
 
     # -- what runs --------------------------------------------------------------------------------------
 
@@ -97,6 +99,16 @@ class Jobs:
     @property
     def switching(self) -> bool:
         return bool(self.running(JobKind.SWITCH))
+
+    async def no_switch(self) -> None:
+        """Until no switch runs (at once if none does)."""
+        await self._no_switch.wait()
+
+    def _switches_changed(self) -> None:
+        if self.switching:
+            self._no_switch.clear()
+        else:
+            self._no_switch.set()
 
     def out_of_rotation(self) -> str | None:
         """Why /ready says 503 whatever the host's state: an experiment (or an isolated benchmark) runs, and
@@ -153,11 +165,13 @@ class Jobs:
             isolated=isolated,
         )
         self._jobs.append(job)
+        self._switches_changed()
         try:
             yield Slot(self, job)
         finally:
             if job.task is None:
                 self._jobs.remove(job)
+                self._switches_changed()
 
     def _start(self, job: Job, run_id: int, body: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         job.run_id = run_id
@@ -168,6 +182,7 @@ class Jobs:
     def _ended(self, job: Job) -> None:
         with contextlib.suppress(ValueError):
             self._jobs.remove(job)
+        self._switches_changed()
         self._publish()
 
     # -- progress and cancel ----------------------------------------------------------------------------

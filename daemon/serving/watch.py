@@ -220,15 +220,17 @@ class ServingWatch:
         return next((lp for lp in self.profiles().valid.values() if lp.profile.unit == unit), None)
 
     async def _on_unit(self, unit: str, st: UnitState) -> None:
-        if self.jobs.switching:
-            return  # the switch in progress drives the units: their changes are its own
-        try:  # act on the unit as it is now: a change announced during a switch may be stale by now
-            st = self.unit_states[unit] = await self.systemd.state(unit)
-            self.changes += 1
-        except K25Error:
-            return
-        if self.jobs.switching:
-            return
+        """A switch drives the units while it runs: their changes then are its own. What is left when it
+        ends (a crash right after it settled) is acted on then, on the unit as it is by that time."""
+        while True:
+            await self.jobs.no_switch()
+            try:
+                st = self.unit_states[unit] = await self.systemd.state(unit)
+                self.changes += 1
+            except K25Error:
+                return
+            if not self.jobs.switching:
+                break
         serving = self.serving
         if serving is not None and unit == serving.unit:
             if st.is_down:

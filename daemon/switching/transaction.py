@@ -99,12 +99,13 @@ class Switcher:
             raise NotFound(f"profile {name!r} is invalid: {bad}" if bad else f"no valid profile {name!r}")
         if self.hub.status.state is HostState.NEEDS_RESET:
             raise Refused(f"the host needs a GPU reset or reboot: {self.hub.status.reason}")
+        st = self.hub.status  # nothing to do needs no place in the queue (a switch that just ended holds it)
+        if not force and st.state is HostState.ACTIVE and st.active_profile == name:
+            if (await self.ports.systemd.state(lp.profile.unit)).is_active:
+                return None
         # An operator's switch waits for a benchmark; a job's own switch and the watch's do not.
         with self._admit(name, parent) as (slot, txn):
             st = self.hub.status
-            if not force and st.state is HostState.ACTIVE and st.active_profile == name:
-                if (await self.ports.systemd.state(lp.profile.unit)).is_active:
-                    return None
             previous = from_profile or st.active_profile
             self._plan_drain(txn, drain=drain and not force)
             run_id = await self._new_run(kind, lp, from_profile=previous, parent=parent)
@@ -364,13 +365,17 @@ class Switcher:
         return True
 
     async def _active(self, run_id: int, lp: LoadedProfile, txn: _Txn, load_seconds: float | None) -> None:
-        p = lp.profile
-        await self.recorder.finish(
-            run_id, Outcome.ACTIVE, load_seconds=load_seconds, host=HostAfter(HostState.ACTIVE, p.name)
-        )
+        """The switch's last records come before its final event: whoever sees the run end `active` finds
+        its serving run and its downtime there (/ready turns 200 with the final event, ms later)."""
         if txn.out_at is not None:  # it left the rotation (no job could have taken it out meanwhile)
             await self.recorder.back_in_rotation(run_id, txn.out_at)
         await self.serving.begin(lp, parent=run_id)
+        await self.recorder.finish(
+            run_id,
+            Outcome.ACTIVE,
+            load_seconds=load_seconds,
+            host=HostAfter(HostState.ACTIVE, lp.profile.name),
+        )
 
     async def _stop_and_teardown(
         self, run_id: int, gpus: tuple[int, ...] | None, ports: tuple[int, ...] = ()

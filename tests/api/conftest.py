@@ -126,10 +126,12 @@ async def running_env(tmp_path: Path, **overrides: object) -> AsyncIterator[Env]
 
 
 async def wait_run(env: Env, run_id: int) -> Any:
-    """The run once it has ended (a deadline of many short event-loop turns; the fakes are instant)."""
+    """The run once it has ended and the job that ran it is over (its last steps after the run's final
+    record: the host back in rotation, the job's place given up), within a deadline."""
+    jobs = env.app.state.controller.jobs
 
     async def ended() -> Any:
         run = (await env.client.get(f"/runs/{run_id}")).json()
-        return run if run["outcome"] != "running" else None
+        return run if run["outcome"] != "running" and jobs.find(run_id) is None else None
 
     return await eventually(ended, what=f"run {run_id} ends")

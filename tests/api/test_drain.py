@@ -47,7 +47,12 @@ async def test_ready_follows_the_host(env: Env) -> None:
     assert (await c.get("/ready", headers={"Authorization": "Bearer wrong"})).status_code == 200  # no token
 
 
-async def test_a_switch_drains_first_and_records_what_it_cost(env: Env) -> None:
+async def test_a_switch_drains_first_and_records_what_it_cost(tmp_path: Path) -> None:
+    async with running_env(tmp_path, watch_interval_s=60.0) as env:  # the drain alone reads the script
+        await _drains_and_records(env)
+
+
+async def _drains_and_records(env: Env) -> None:
     assert (await _activate(env, "baseline"))["outcome"] == "active"
     steps = [_load(2, 1, 10), _load(1, 0, 12), _load(0, 0, 13)]
     env.prober.scripted["baseline"] = collections.deque(steps)
