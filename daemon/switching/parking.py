@@ -196,10 +196,8 @@ class Parking:
         status = await self.ports.prober.call(p, calls.sleep, timeout_s=p.load_timeout_s)
         if status != 200:
             raise NotParked(f"POST {calls.sleep} answered {f'HTTP {status}' if status else 'nothing'}")
-        if calls.sleeping is not None:
-            said = await self.ports.prober.read_json(p, calls.sleeping)
-            if not said or said.get("is_sleeping") is not True:
-                raise NotParked(f"GET {calls.sleeping} answered {said} after the sleep")
+        if why := await self._says_sleeping(p, calls, True):
+            raise NotParked(f"{why} after the sleep")
         members = await asyncio.to_thread(self.ports.teardown.procs.cgroup_pids, cgroup) if cgroup else []
         allowed = Parked(
             f"parking {p.name}", frozenset([main_pid, *members]), {g: p.park_residual_mib for g in p.gpus}
@@ -243,10 +241,8 @@ class Parking:
         status = await self.ports.prober.call(p, calls.wake, timeout_s=p.load_timeout_s)
         if status != 200:  # a wake can run out of GPU memory (vllm-project/vllm#13941, #34600)
             raise NotParked(f"POST {calls.wake} answered {f'HTTP {status}' if status else 'nothing'}")
-        if calls.sleeping is not None:
-            said = await self.ports.prober.read_json(p, calls.sleeping)
-            if not said or said.get("is_sleeping") is not False:
-                raise NotParked(f"GET {calls.sleeping} answered {said} after the wake")
+        if why := await self._says_sleeping(p, calls, False):
+            raise NotParked(f"{why} after the wake")
         seconds = time.monotonic() - began
         await events.stage("wake", seconds)
         progress = ProbeProgress()
@@ -349,8 +345,13 @@ class Parking:
         if st.is_down or st.main_pid != info.main_pid:
             return f"{info.unit} is {st.active_state} with main PID {st.main_pid} (parked: {info.main_pid})"
         calls = engine_for(lp.profile).park_calls(lp.profile)
-        if calls is not None and calls.sleeping is not None:
-            said = await self.ports.prober.read_json(lp.profile, calls.sleeping)
-            if not said or said.get("is_sleeping") is not True:
-                return f"GET {calls.sleeping} answered {said}"
-        return None
+        return await self._says_sleeping(lp.profile, calls, True) if calls is not None else None
+
+    async def _says_sleeping(self, p: Profile, calls: ParkCalls, expected: bool) -> str | None:
+        """Whether the engine's own answer (where it has one) disagrees with `expected`: what it said."""
+        if calls.sleeping is None:
+            return None
+        said = await self.ports.prober.read_json(p, calls.sleeping)
+        if said and said.get("is_sleeping") is expected:
+            return None
+        return f"GET {calls.sleeping} answered {said}"
