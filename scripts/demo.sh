@@ -4,4 +4,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 K25_WITH_BROWSER=0 bash scripts/setup.sh
-.venv/bin/k25-ctl sandbox up --port "${K25_DEMO_PORT:-8025}" --load-seconds 5 --activate baseline
+# The stock profiles read real weight files (256 MiB, made once): residency, warming and the load show them.
+.venv/bin/k25-ctl sandbox up --port "${K25_DEMO_PORT:-8025}" --load-seconds 5 --weights /var/cache/k25-demo-weights \
+  --activate baseline

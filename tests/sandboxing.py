@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.layout import fake_engine_profile, free_port, make_models
+from daemon.sandbox.layout import fake_engine_profile, free_port, make_models, make_weights
 from tests.waiting import eventually_sync
 
 # Extra profiles the system tests need: each fault the fake engine can show, on its own port.
@@ -29,22 +29,7 @@ FAULT_PROFILES: dict[str, dict[str, Any]] = {
     # Real weight files read like a lazy mmap loader, warmed into the page cache during the switch.
     "warmable": {"flavor": "vllm", "settings": {"warm": '"on-switch"'}, "weights": "warm-weights"},
 }
-WEIGHT_FILES, WEIGHT_FILE_MIB = 4, 16
-
-
-def make_weights(folder: Path) -> list[Path]:
-    """A model folder of real files (random bytes: nothing compresses or dedups them)."""
-    import os
-
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text('{"architectures": ["FakeForCausalLM"]}')
-    files = []
-    for i in range(WEIGHT_FILES):
-        f = folder / f"model-{i + 1:05d}-of-{WEIGHT_FILES:05d}.safetensors"
-        if not f.exists():
-            f.write_bytes(os.urandom(WEIGHT_FILE_MIB * 2**20))
-        files.append(f)
-    return files
+WEIGHT_FILE_MIB = 16
 
 
 def write_fault_profiles(directory: Path, models: Path) -> None:
@@ -52,7 +37,7 @@ def write_fault_profiles(directory: Path, models: Path) -> None:
     make_models(models)
     for name, spec in FAULT_PROFILES.items():
         if "weights" in spec:
-            make_weights(models / spec["weights"])
+            make_weights(models / spec["weights"], WEIGHT_FILE_MIB)
             spec = spec | {"weights": models / spec["weights"]}
         text = fake_engine_profile(name, port=free_port(), models=models, **({"load_seconds": 1.0} | spec))
         (directory / f"{name}.toml").write_text(text)

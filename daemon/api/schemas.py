@@ -10,7 +10,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict
 
 from daemon.core import redact
 from daemon.core.profiles import SpeculativeConfig
-from daemon.serving.watch import ServingNow
+from daemon.serving.serving_run import ServingNow
 
 
 class Out(BaseModel):

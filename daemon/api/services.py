@@ -6,6 +6,7 @@ job shares the one `Jobs` registry. `Services.start` and `close` are all the app
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -29,6 +30,7 @@ from daemon.host.timers import NoTimers, SdbusTimers, TimerPort
 from daemon.runs.jobs import Jobs
 from daemon.runs.recorder import RunRecorder
 from daemon.serving.policies import Incidents, Policies
+from daemon.serving.retention import retention
 from daemon.serving.watch import ServingWatch
 from daemon.status.inventory import Inventory
 from daemon.status.sampler import HostSampler
@@ -172,7 +174,7 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         inventory.units,
         gpu_every_s=s.gpu_sample_s,
         strays_every_s=s.strays_sample_s,
-        maintenance=watch.retention,
+        maintenance=functools.partial(retention, watch.store, s),
     )
     warms = WarmService(warmer, recorder, jobs, inventory.current, every_s=s.residency_every_s,
                         always_below=s.warm_always_below)  # fmt: skip

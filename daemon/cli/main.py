@@ -13,6 +13,7 @@ import httpx
 
 from daemon.cli.client import ApiError, ApiJson
 from daemon.core.errors import K25Error
+from daemon.core.profiles import PRIVATE_TMP_HINT, model_paths, under_private_tmp
 from daemon.core.settings import load_settings
 from daemon.engines import engine_for
 from daemon.engines.checks import load_checked_profiles
@@ -40,13 +41,21 @@ def _cmd_check_profiles(args: argparse.Namespace) -> int:
         for n, lp in result.valid.items()
     }
     invalid = [str(inv) for inv in result.invalid]
+    warnings = [  # paths that exist where the operator runs this, maybe not for the daemon
+        f"{lp.profile.name}: {key}: {what} path {where}: {PRIVATE_TMP_HINT}"
+        for lp in result.valid.values()
+        for key, what, where in model_paths(lp.profile)
+        if under_private_tmp(where)
+    ]
     if args.json:
-        print(json.dumps({"valid": valid, "invalid": invalid}, indent=2))
+        print(json.dumps({"valid": valid, "invalid": invalid, "warnings": warnings}, indent=2))
     else:
         for name, info in valid.items():
             print(f"ok       {name:20} {info['unit']}")
         for line in invalid:
             print(f"INVALID  {line}")
+        for line in warnings:
+            print(f"WARNING  {line}")
         if settings.service_port is not None:
             port = settings.service_port
             print(f"note: service_port = {port}: every engine listens on it (profiles' own ports overridden)")
@@ -66,7 +75,9 @@ def _cmd_sandbox(args: argparse.Namespace) -> int:
     from daemon.sandbox import sandbox
 
     if args.action == "up":
-        info = sandbox.up(port=args.port, profiles=args.profiles, load_seconds=args.load_seconds)
+        info = sandbox.up(port=args.port, profiles=args.profiles, load_seconds=args.load_seconds,
+                          binds=tuple(b.resolve() for b in args.bind),
+                          weights=args.weights.resolve() if args.weights else None)  # fmt: skip
         if args.activate:
             sandbox.start_profile(info, args.activate)
     else:
@@ -246,7 +257,25 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, help="the daemon's API port (default: a free one)")
     p.add_argument("--profiles", type=Path, help="a folder of extra profiles to add")
     p.add_argument("--load-seconds", type=float, default=2.0, help="fake engines' weight loading time")
-    p.add_argument("--activate", metavar="PROFILE", help="up: start this profile's engine once booted")
+    p.add_argument(
+        "--bind",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="DIR",
+        help="up: a folder the daemon must see (model folders that --profiles names; repeatable)",
+    )
+    p.add_argument(
+        "--weights",
+        type=Path,
+        metavar="DIR",
+        help="up: the stock profiles read real weight files from DIR (made there once, 256 MiB)",
+    )
+    p.add_argument(
+        "--activate",
+        metavar="PROFILE",
+        help="up: start this profile's engine once booted; returns when the daemon says it is active",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_sandbox)
     return parser

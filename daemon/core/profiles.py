@@ -223,6 +223,30 @@ def _problems_from_validation(err: ValidationError) -> list[ProfileProblem]:
 EngineCheck = Callable[[Profile], list[tuple[str, str]]]
 
 
+PRIVATE_TMP = (Path("/tmp"), Path("/var/tmp"))  # noqa: S108 - the folders PrivateTmp= hides, compared
+PRIVATE_TMP_HINT = (
+    "not visible to k25-ctl.service: PrivateTmp hides /tmp and /var/tmp; move the model or add a "
+    "BindReadOnlyPaths= drop-in (README: Install)"
+)
+
+
+def model_paths(profile: Profile) -> list[tuple[str, str, str]]:
+    """(key, what, path) of every folder the profile's engine reads weights from."""
+    paths = [("model", "model", profile.model)]
+    if profile.speculative is not None:
+        paths.append(("speculative.draft_model", "drafter", profile.speculative.draft_model))
+    return paths
+
+
+def under_private_tmp(path: str) -> bool:
+    return any(Path(path).is_relative_to(t) for t in PRIVATE_TMP)
+
+
+def _hidden(path: str) -> str:
+    """Why a path the operator sees may not exist for the daemon (its unit's PrivateTmp)."""
+    return f" ({PRIVATE_TMP_HINT})" if under_private_tmp(path) else ""
+
+
 def parse_profile(
     path: Path, *, check_paths: bool = False, engine_check: EngineCheck | None = None
 ) -> LoadedProfile | InvalidProfile:
@@ -242,13 +266,9 @@ def parse_profile(
     if profile.name != stem:
         problems.append(ProfileProblem("name", f"{profile.name!r} differs from the file name {stem!r}"))
     if check_paths:
-        if not Path(profile.model).exists():
-            problems.append(ProfileProblem("model", f"model path {profile.model} does not exist"))
-        spec = profile.speculative
-        if spec is not None and not Path(spec.draft_model).exists():
-            problems.append(
-                ProfileProblem("speculative.draft_model", f"drafter path {spec.draft_model} does not exist")
-            )
+        for key, what, where in model_paths(profile):
+            if not Path(where).exists():
+                problems.append(ProfileProblem(key, f"{what} path {where} does not exist{_hidden(where)}"))
     if engine_check is not None:
         problems += [ProfileProblem(k, m) for k, m in engine_check(profile)]
     if problems:

@@ -78,9 +78,17 @@ def render_unit(text: str, config: Path, root: Path, binds: tuple[Path, ...] = (
     env = f"Environment=K25_CONFIG={config}\nEnvironment=PYTHONUNBUFFERED=1\nWorkingDirectory={REPO}\n"
     if "PrivateTmp=yes" in text or "ProtectSystem=strict" in text:  # the daemon's unit
         env += "".join(f"BindPaths={p}\n" for p in (root, *binds))  # visible and writable
-        if any(REPO.is_relative_to(t) for t in (Path("/tmp"), Path("/var/tmp"))):
-            env += f"BindReadOnlyPaths={REPO}\n"
+        env += "".join(f"BindReadOnlyPaths={p}\n" for p in hidden_by_private_tmp())
     return text.replace("[Service]\n", "[Service]\n" + env, 1)
+
+
+def hidden_by_private_tmp() -> list[Path]:
+    """What the daemon's ExecStart needs that PrivateTmp would hide: the checkout, and the interpreter's
+    prefixes (a virtualenv, and the Python it was made from) where they lie under /tmp or /var/tmp."""
+    tmps = (Path("/tmp"), Path("/var/tmp"))
+    needed = [REPO, Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent]
+    found = [p for p in dict.fromkeys(needed) if any(p.is_relative_to(t) for t in tmps)]
+    return [p for p in found if not any(p != q and p.is_relative_to(q) for q in found)]  # outermost only
 
 
 def write_base_units(units: Path, wants: str = "") -> None:
@@ -159,6 +167,26 @@ def fake_engine_profile(
     return "\n".join(lines) + "\n"
 
 
+WEIGHT_FILES = 4
+
+
+def make_weights(folder: Path, file_mib: int) -> list[Path]:
+    """A model folder of real files (random bytes: nothing compresses or dedups them); kept if there."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text('{"architectures": ["FakeForCausalLM"]}')
+    files = []
+    for i in range(WEIGHT_FILES):
+        f = folder / f"model-{i + 1:05d}-of-{WEIGHT_FILES:05d}.safetensors"
+        if not f.exists() or f.stat().st_size != file_mib * 2**20:
+            tmp = f.with_suffix(".partial")
+            with tmp.open("wb") as out:
+                for _ in range(file_mib):
+                    out.write(os.urandom(2**20))
+            tmp.replace(f)
+        files.append(f)
+    return files
+
+
 def make_models(models: Path) -> None:
     for d in ("Kimi-K2.5-INT4", "Kimi-K2.5-EAGLE3"):
         (models / d).mkdir(parents=True, exist_ok=True)
@@ -172,8 +200,11 @@ def write_tree(
     load_seconds: float,
     settings: dict[str, str] | None = None,
     binds: tuple[Path, ...] = (),
+    weights: Path | None = None,
 ) -> dict[str, int]:
-    """Everything but the boot script; returns the engine ports it allocated."""
+    """Everything but the boot script; returns the engine ports it allocated. `weights`: the stock profiles'
+    model folder, of real files their fake engines read (residency, warming and the load's weights stage
+    then show something real)."""
     etc, state, dev = root / "etc", root / "state", root / "dev"
     for d in (
         etc / "profiles.d",
@@ -195,7 +226,7 @@ def write_tree(
         ports[name] = free_port()
         text = fake_engine_profile(
             name, port=ports[name], models=root / "models", load_seconds=load_seconds,
-            flavor=fake.flavor, rate=fake.rate, spec=fake.spec, unit=fake.unit,
+            flavor=fake.flavor, rate=fake.rate, spec=fake.spec, unit=fake.unit, weights=weights,
         )  # fmt: skip
         (etc / "profiles.d" / f"{name}.toml").write_text(text)
     if extra_profiles is not None:

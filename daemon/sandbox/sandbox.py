@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from daemon.core.errors import HostTimeout, K25Error, NotFound
-from daemon.sandbox.layout import REPO, free_port, write_base_units, write_tree
+from daemon.sandbox.layout import REPO, free_port, make_weights, write_base_units, write_tree
 
 SANDBOX_HOME = Path(os.environ.get("K25_SANDBOX_HOME", "/tmp/k25-sandboxes"))
 CGROUP_FS = Path("/sys/fs/cgroup")
@@ -155,11 +155,14 @@ def up(
     settings: dict[str, str] | None = None,
     binds: tuple[Path, ...] = (),
     fresh_host: bool = False,
+    weights: Path | None = None,
+    weight_file_mib: int = 64,
 ) -> SandboxInfo:
     """Boot a sandbox; `settings` override the daemon's (TOML values as text: {"watch_interval_s": "10"});
     `binds`: folders outside the sandbox's own that the daemon reads (its /tmp is private).
     `fresh_host`: systemd, D-Bus and journald only, on private /etc, /opt, /usr/local and /var with no
-    k25-ctl in them: a host for install.sh (`port`: the one its settings will name)."""
+    k25-ctl in them: a host for install.sh (`port`: the one its settings will name). `weights`: a folder of
+    real weight files for the stock profiles (made there once: 4 files of `weight_file_mib`)."""
     if os.geteuid() != 0:
         raise K25Error("the sandbox needs root (it boots systemd in namespaces)")
     SANDBOX_HOME.mkdir(parents=True, exist_ok=True)
@@ -170,8 +173,11 @@ def up(
     if fresh_host:
         write_base_units(root / "units")
     else:
+        if weights is not None:
+            make_weights(weights, weight_file_mib)
+            binds = (*binds, weights)
         engine_ports = write_tree(root, port=port, extra_profiles=profiles, load_seconds=load_seconds,
-                                  settings=settings, binds=binds)  # fmt: skip
+                                  settings=settings, binds=binds, weights=weights)  # fmt: skip
     cgroups = plan_cgroups(name)
     script = _boot_script(root, cgroups, fresh_host=fresh_host)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -288,16 +294,33 @@ def _destroy(root: Path, unshare_pid: int, init_pid: int | None, cgroups: list[s
     shutil.rmtree(root, ignore_errors=True)
 
 
-def start_profile(info: SandboxInfo, name: str) -> None:
-    """Start a profile's engine unit inside the sandbox (systemctl waits for the start job)."""
+def start_profile(info: SandboxInfo, name: str, within_s: float = 300.0) -> None:
+    """Start a profile's engine unit inside the sandbox and return once the daemon reports the host active
+    with it (its /events stream, subscribed before the start): the engine has loaded and answers."""
+    import httpx
+
     from daemon.core.profiles import InvalidProfile, parse_profile
 
     item = parse_profile(Path(info.dir) / "etc/profiles.d" / f"{name}.toml")
     if isinstance(item, InvalidProfile):
         raise NotFound(f"no valid sandbox profile {name!r}: {item}")
-    r = subprocess.run(info.inside(["systemctl", "start", item.profile.unit]), capture_output=True, text=True)
-    if r.returncode != 0:
-        raise K25Error(f"could not start {item.profile.unit}: {r.stderr.strip()}")
+    auth = {"Authorization": f"Bearer {info.token}"}
+    with (
+        httpx.Client(base_url=info.url, headers=auth, timeout=within_s) as client,
+        client.stream("GET", "/events") as events,
+    ):
+        cmd = info.inside(["systemctl", "start", item.profile.unit])
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=within_s)
+        if r.returncode != 0:
+            raise K25Error(f"could not start {item.profile.unit}: {r.stderr.strip()}")
+        deadline = time.monotonic() + within_s
+        for line in events.iter_lines():
+            state = json.loads(line[5:]) if line.startswith("data:") else {}
+            if state.get("state") == "active" and state.get("active_profile") == name:
+                return
+            if time.monotonic() > deadline:
+                break
+    raise HostTimeout(f"{name} did not become active within {within_s:.0f}s")
 
 
 def load(name: str | None = None) -> SandboxInfo:

@@ -10,14 +10,11 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
-from typing import Protocol
+from datetime import UTC, datetime
 
 from daemon.core.errors import K25Error
-from daemon.core.hoststate import HostState, ParkedInfo
+from daemon.core.hoststate import HostState
 from daemon.core.profiles import LoadedProfile, Policy, ProfileSet
 from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
 from daemon.core.settings import Settings
@@ -31,55 +28,10 @@ from daemon.runs.jobs import Jobs
 from daemon.runs.recorder import HostAfter, RunRecorder
 from daemon.serving.metrics import MetricsWindow
 from daemon.serving.policies import Incident, Incidents
+from daemon.serving.serving_run import ParkedUnits, Sample, Serving, ServingNow
 from daemon.store.serving import ServingStore
 
 log = logging.getLogger("k25.watch")
-LIVE_SAMPLES = 120  # per-interval samples kept in memory for the page's live chart
-
-
-@dataclass(frozen=True)
-class Sample:
-    at: float  # wall clock, seconds
-    tokens_per_s: float | None
-    acceptance_length: float | None
-    running: float | None
-
-
-@dataclass(frozen=True)
-class ServingNow:
-    run_id: int
-    profile: str
-    served_s: float
-    tokens_per_s: float | None
-    acceptance_length: float | None
-    running: float | None
-    waiting: float | None
-    kv_usage: float | None
-    generation_tokens: float | None
-
-
-@dataclass
-class Serving:
-    run_id: int
-    lp: LoadedProfile
-    started: float = field(default_factory=time.monotonic)
-    window: MetricsWindow | None = None
-    task: asyncio.Task[None] | None = None
-    last: MetricsSnapshot | None = None
-    live: deque[Sample] = field(default_factory=lambda: deque(maxlen=LIVE_SAMPLES))
-    hang_acted: bool = False
-    managed: bool = True  # started by k25-ctl; an engine an operator started by hand gets no automatic action
-
-    @property
-    def unit(self) -> str:
-        return self.lp.profile.unit
-
-
-class ParkedUnits(Protocol):
-    """Parking's side of the watch: which units sleep on purpose, and news that one went down."""
-
-    def of_unit(self, unit: str) -> ParkedInfo | None: ...
-    async def lost(self, unit: str, how: str) -> ParkedInfo | None: ...
 
 
 class ServingWatch:
@@ -132,9 +84,16 @@ class ServingWatch:
     # -- serving runs (the switcher and reconciliation call these) ------------------------------------
 
     async def begin(
-        self, lp: LoadedProfile, *, parent: int | None, adopt_run: int | None = None, managed: bool = True
+        self,
+        lp: LoadedProfile,
+        *,
+        parent: int | None,
+        adopt_run: int | None = None,
+        managed: bool = True,
+        loading: bool = False,
     ) -> int:
-        """A profile is active: its serving run starts (or, after a daemon restart, carries on)."""
+        """A profile is active: its serving run starts (or, after a daemon restart, carries on). `loading`:
+        a unit started outside k25-ctl whose engine may still load; the host is active once it answers."""
         p = lp.profile
         if adopt_run is None:
             new = NewRun(RunKind.SERVING, p.name, None, parent, None, lp.sha256, p.unit)
@@ -143,7 +102,9 @@ class ServingWatch:
         else:
             run_id = adopt_run
             await self.recorder.event(run_id, Phase.SERVING, "followed again after a daemon restart")
-        self.serving = Serving(run_id, lp, managed=managed)
+        self.serving = Serving(run_id, lp, managed=managed, loading=loading)
+        if not loading:
+            self.serving.settled.set()
         self.serving.window = MetricsWindow(run_id, p, engine_for(p), self.settings.metrics_row_s)
         if self.settings.watch_enabled:
             self.serving.task = asyncio.create_task(self._liveness(self.serving))
@@ -156,6 +117,7 @@ class ServingWatch:
         serving, self.serving = self.serving, None
         if serving is None:
             return None
+        serving.settled.set()
         if serving.task is not None:
             serving.task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
@@ -191,6 +153,14 @@ class ServingWatch:
             kv_usage=snap.kv_usage,
             generation_tokens=snap.generation_tokens,
         )
+
+    async def settled(self, name: str) -> None:
+        """If `name` was started outside k25-ctl and still loads, until it answers health or ends (bounded by
+        its load_timeout_s): an activate of it then finds it active instead of starting it again."""
+        s = self.serving
+        if s is not None and s.loading and s.lp.profile.name == name:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(s.settled.wait(), s.lp.profile.load_timeout_s)
 
     def current(self) -> LoadedProfile | None:
         """The profile whose engine serves now (its serving run is open)."""
@@ -261,9 +231,12 @@ class ServingWatch:
             return
         if self.hub.status.state in (HostState.NEEDS_RESET, HostState.SWITCHING):
             return
-        ext = await self._external(lp, f"{what}: followed as active")
-        self.recorder.settle(HostAfter(HostState.ACTIVE, lp.profile.name))
-        await self.begin(lp, parent=ext, managed=False)
+        # Its engine may still be loading (a unit is active when its process starts): the host becomes active
+        # when the engine answers health; an activate or an experiment of this profile meanwhile waits for it.
+        ext = await self._external(lp, f"{what}: followed; active once its engine answers health")
+        self.recorder.settle(HostAfter(HostState.IDLE, None, f"{lp.profile.name}: started outside k25-ctl, "
+                                       "loading; active once its engine answers health"))  # fmt: skip
+        await self.begin(lp, parent=ext, managed=False, loading=True)
 
     async def _external(self, lp: LoadedProfile, detail: str, outcome: Outcome = Outcome.OK) -> int:
         p = lp.profile
@@ -318,6 +291,10 @@ class ServingWatch:
             )
             now = time.monotonic()
             fails = 0 if engine.readiness(code) is Readiness.HEALTHY else fails + 1
+            if serving.loading and (fails == 0 or now - serving.started > p.load_timeout_s):
+                await self._loaded(serving, fails == 0)
+            if serving.loading:
+                fails = 0  # a loading engine does not answer yet: that is no failure
             evidence = (
                 f"health failed {fails} times in a row (last answer: {code or 'none'})"
                 if fails >= s.health_failures
@@ -336,6 +313,21 @@ class ServingWatch:
                     )
             await self._health(serving, evidence)
             await asyncio.sleep(s.watch_interval_s)  # the watch's period: liveness has no event to wait for
+
+    async def _loaded(self, serving: Serving, healthy: bool) -> None:
+        """An engine started outside k25-ctl answers health (or its load_timeout_s passed): the host is
+        active, and the liveness rules apply from here on."""
+        serving.loading = False
+        p = serving.lp.profile
+        why = (
+            "answers health"
+            if healthy
+            else f"has not answered health within load_timeout_s {p.load_timeout_s:g}s"
+        )
+        log.info("run %d: %s (started outside k25-ctl) %s: active", serving.run_id, p.name, why)
+        await self.recorder.event(serving.run_id, Phase.SERVING, f"{why}: active")
+        self.recorder.settle(HostAfter(HostState.ACTIVE, p.name))
+        serving.settled.set()
 
     async def _final_scrape(self, serving: Serving) -> None:
         p = serving.lp.profile
@@ -372,19 +364,3 @@ class ServingWatch:
         elif not evidence and state is HostState.UNHEALTHY:
             await self.recorder.event(serving.run_id, Phase.SERVING, "healthy again")
             self.hub.health(HostState.ACTIVE, None)
-
-    async def retention(self) -> None:
-        """Bounded history (the sampler runs this hourly): metric rows compacted and aged, old runs gone."""
-        now = datetime.now(UTC)
-        s = self.settings
-        done = await asyncio.to_thread(
-            self.store.compact,
-            minutes_before=now - timedelta(hours=s.metrics_minute_retention_h),
-            hours_before=now - timedelta(days=s.metrics_hour_retention_d),
-        )
-        pruned = await asyncio.to_thread(
-            self.store.prune_runs, before=now - timedelta(days=s.runs_retention_days)
-        )
-        if any(done) or pruned:
-            log.info("retention: %d minute rows compacted to hours, %d hour rows and %d old runs deleted",
-                     *done, pruned)  # fmt: skip

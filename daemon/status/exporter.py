@@ -14,7 +14,7 @@ from daemon.store.queries import Store
 from daemon.store.switch_cost import DOWNTIME_BUCKETS, SwitchCostStore
 
 if TYPE_CHECKING:
-    from daemon.serving.watch import ServingNow
+    from daemon.serving.serving_run import ServingNow
     from daemon.status.sampler import HostSampler
 
 

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from daemon.core.errors import K25Error, NotFound, Refused
 from daemon.core.hoststate import HostState
-from daemon.core.profiles import LoadedProfile, Profile, ProfileSet, WarmMode
+from daemon.core.profiles import LoadedProfile, ProfileSet, WarmMode
 from daemon.core.run_types import CutShort, NewRun, Outcome, Phase, RunKind
 from daemon.engines import engine_for
 from daemon.engines.excerpt import journal_excerpt
@@ -99,6 +99,8 @@ class Switcher:
             raise NotFound(f"profile {name!r} is invalid: {bad}" if bad else f"no valid profile {name!r}")
         if self.hub.status.state is HostState.NEEDS_RESET:
             raise Refused(f"the host needs a GPU reset or reboot: {self.hub.status.reason}")
+        if not force:  # started by hand and loading: it is this profile, soon active; not started again
+            await self.serving.settled(name)
         st = self.hub.status  # nothing to do needs no place in the queue (a switch that just ended holds it)
         if not force and st.state is HostState.ACTIVE and st.active_profile == name:
             if (await self.ports.systemd.state(lp.profile.unit)).is_active:
@@ -351,7 +353,7 @@ class Switcher:
                 start=not resume,
             )
         except BringUpFailed as e:
-            raise SwitchFailed(e.reason, await self._excerpt(p, e.errors)) from e
+            raise SwitchFailed(e.reason, await journal_excerpt(self.ports.journal, p, e.errors)) from e
         await self._active(run_id, lp, txn, seen.load_seconds)
 
     async def _wake(self, run_id: int, lp: LoadedProfile, txn: _Txn) -> bool:
@@ -394,6 +396,3 @@ class Switcher:
             tcp_ports=ports,
             stop_timeout_s=self.stop_timeout_s,
         )
-
-    async def _excerpt(self, profile: Profile, errors: list[str]) -> str:
-        return await journal_excerpt(self.ports.journal, profile, errors)
