@@ -16,9 +16,11 @@ if [ "${K25_WITH_BROWSER:-1}" = 1 ] && ! command -v chromium >/dev/null; then ne
 # A real load balancer for the drain test, and nginx to validate the README's snippet (never started).
 command -v haproxy >/dev/null || need+=(haproxy)
 command -v nginx >/dev/null || need+=(nginx)
+# Prometheus for the dashboard's test (a real one scrapes a sandbox) and promtool for the alert rules' tests.
+command -v promtool >/dev/null || need+=(prometheus)
 if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
-  # Installing must not start services (haproxy, nginx) on this machine: a policy-rc.d says no, unless
+  # Installing must not start services (haproxy, nginx, prometheus) here: a policy-rc.d says no, unless
   # one is there already (then it decides).
   guard=""
   if [ ! -e /usr/sbin/policy-rc.d ]; then

@@ -68,6 +68,7 @@ class Controller:
         jobs: Jobs,
         warms: WarmService,
         parking: Parking,
+        collector: K25Collector,
     ) -> None:
         self.inventory, self.sampler, self.switcher = inventory, sampler, switcher
         self.recorder, self.teardown = recorder, teardown
@@ -75,7 +76,7 @@ class Controller:
         self.store: Store = recorder.store
         self.hub: StateHub = recorder.hub
         self.default_profile = default_profile
-        self.collector = K25Collector(self.hub, self.store, sampler, watch.now, recorder.cost)
+        self.collector = collector
         self.status_view = StatusView(self.status, self._status_marks)
         self._frame: tuple[HostStatus, bytes] | None = None  # the newest /events frame
 

@@ -32,6 +32,7 @@ from daemon.runs.recorder import RunRecorder
 from daemon.serving.policies import Incidents, Policies
 from daemon.serving.retention import retention
 from daemon.serving.watch import ServingWatch
+from daemon.status.exporter import K25Collector
 from daemon.status.inventory import Inventory
 from daemon.status.sampler import HostSampler
 from daemon.store.bench import BenchStore
@@ -209,6 +210,15 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         jobs=jobs,
         warms=warms,
         parking=parking,
+        collector=K25Collector(
+            recorder.hub,
+            recorder.store,
+            sampler,
+            watch.now,
+            recorder.cost,
+            restart_budget=policies.budget,
+            bench_throughput=benchmarks.bench_store.newest_throughput,
+        ),
     )
     return Services(
         s, host, store, recorder, inventory, watch, sampler, warms, switcher, policies, controller

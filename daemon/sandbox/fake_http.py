@@ -61,6 +61,9 @@ class _NoWorkers:
         pass
 
 
+KV_SHARE = 0.04  # of the KV cache, per running request
+
+
 def _counter(name: str) -> str:
     return name.removesuffix("_total")
 
@@ -93,6 +96,8 @@ class Stats:
         self.e2e = Histogram(e2e, "request latency", keys, registry=r).labels(**labels)
         self.running = Gauge(running, "running requests", keys, registry=r).labels(**labels)
         self.waiting = Gauge(waiting, "waiting requests", keys, registry=r).labels(**labels)
+        kv_usage = vl.M_KV_USAGE if cfg.flavor == "vllm" else sg.M_KV_USAGE
+        self.kv = Gauge(kv_usage, "KV cache usage (0..1)", keys, registry=r).labels(**labels)
         if cfg.flavor == "vllm":
             self.requests = Counter(
                 _counter(vl.M_SUCCESS), "finished", [*keys, "finished_reason"], registry=r
@@ -203,10 +208,12 @@ class _FakeServer:
         finally:
             stats.waiting.dec()
         stats.running.inc()
+        stats.kv.inc(KV_SHARE)
         try:
             yield
         finally:
             stats.running.dec()
+            stats.kv.dec(KV_SHARE)
             if self.slots is not None:
                 self.slots.release()
 

@@ -121,6 +121,14 @@ class Policies:
             return
         await self.switcher.activate(name, force=True, parent=parent)
 
+    def budget(self) -> dict[str, int]:
+        """Restarts each profile that has restarted may still take this hour (0: a crash stays down)."""
+        now, limit = time.monotonic(), self.settings.restart_limit_per_hour
+        return {
+            name: max(0, limit - sum(1 for t in recent if now - t <= 3600))
+            for name, recent in self.restarts.items()
+        }
+
     async def _rollback(self, name: str, parent: int | None, why: str) -> None:
         target = await self.switcher.rollback_target(name, None)
         if target is None:

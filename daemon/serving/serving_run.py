@@ -23,6 +23,7 @@ class Sample:
     tokens_per_s: float | None
     acceptance_length: float | None
     running: float | None
+    acceptance_rate: float | None = None  # accepted / proposed draft tokens over the interval
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,7 @@ class ServingNow:
     waiting: float | None
     kv_usage: float | None
     generation_tokens: float | None
+    acceptance_rate: float | None = None
 
 
 @dataclass

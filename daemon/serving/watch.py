@@ -152,6 +152,7 @@ class ServingWatch:
             waiting=snap.waiting,
             kv_usage=snap.kv_usage,
             generation_tokens=snap.generation_tokens,
+            acceptance_rate=sample.acceptance_rate if sample else None,
         )
 
     async def settled(self, name: str) -> None:
@@ -349,7 +350,9 @@ class ServingWatch:
         if before is not None and (seconds := self.settings.watch_interval_s) > 0:
             usage = window.engine.usage_delta(window.profile, before, snap)
             tps = max(0.0, usage.generation_tokens) / seconds
-            serving.live.append(Sample(time.time(), tps, usage.acceptance_length, snap.running))
+            serving.live.append(
+                Sample(time.time(), tps, usage.acceptance_length, snap.running, usage.normalized_rate)
+            )
 
     async def _health(self, serving: Serving, evidence: str | None) -> None:
         state = self.hub.status.state

@@ -3,19 +3,24 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, Metric
 
-from daemon.core.hoststate import HostState, StateHub
-from daemon.store.queries import Store
+from daemon.core.hoststate import HostState, HostStatus, StateHub
+from daemon.engines.load_stages import segments
+from daemon.store.queries import MetricsSummary, Store
 from daemon.store.switch_cost import DOWNTIME_BUCKETS, SwitchCostStore
 
 if TYPE_CHECKING:
     from daemon.serving.serving_run import ServingNow
     from daemon.status.sampler import HostSampler
+
+
+ALERTED_RUNS = {("serving", "crashed"): 0, ("warm", "failed"): 0}
 
 
 class K25Collector:
@@ -26,8 +31,11 @@ class K25Collector:
         sampler: HostSampler,
         serving: Callable[[], ServingNow | None],
         cost: SwitchCostStore,
+        restart_budget: Callable[[], dict[str, int]],
+        bench_throughput: Callable[[], dict[str, float]],
     ) -> None:
         self.hub, self.store, self.sampler, self.serving, self.cost = hub, store, sampler, serving, cost
+        self.restart_budget, self.bench_throughput = restart_budget, bench_throughput
 
     def collect(self) -> Iterator[Metric]:
         st = self.hub.status
@@ -43,9 +51,11 @@ class K25Collector:
         progress.add_metric([], float(st.progress_percent or 0) if st.state is HostState.SWITCHING else 0.0)
         yield progress
         yield from self._parked()
+        yield from self._alerting(st)
         summary = self.store.metrics_summary()
         runs = CounterMetricFamily("k25_runs", "runs by kind and outcome", labels=["kind", "outcome"])
-        for (kind, outcome), n in sorted(summary.counts.items()):
+        # The alerts' counters exist from the start at 0: a series born at 1 shows no increase().
+        for (kind, outcome), n in sorted((ALERTED_RUNS | summary.counts).items()):
             runs.add_metric([kind, outcome], float(n))
         yield runs
         for name, values, doc in (
@@ -61,10 +71,20 @@ class K25Collector:
                 g.add_metric([profile], v)
             yield g
         yield from self._switch_cost()
+        yield from self._loads(summary)
         td = GaugeMetricFamily("k25_teardown_duration_seconds", "duration of the last teardown")
         if summary.teardown_seconds is not None:
             td.add_metric([], float(summary.teardown_seconds))
         yield td
+        clean = GaugeMetricFamily("k25_teardown_clean", "1 when the last teardown verified the GPUs clean")
+        if summary.teardown_ok is not None:
+            clean.add_metric([], 1.0 if summary.teardown_ok else 0.0)
+        yield clean
+        bench = GaugeMetricFamily("k25_benchmark_output_throughput", "newest benchmark's output tok/s (first "
+                                  "level)", labels=["profile"])  # fmt: skip
+        for profile, tps in sorted(self.bench_throughput().items()):
+            bench.add_metric([profile], tps)
+        yield bench
         yield from self._serving()
         used = GaugeMetricFamily("k25_gpu_memory_used_mib", "GPU memory in use", labels=["gpu"])
         total = GaugeMetricFamily("k25_gpu_memory_total_mib", "GPU memory", labels=["gpu"])
@@ -95,6 +115,11 @@ class K25Collector:
         for name, attr, doc in (
             ("k25_serving_tokens_per_second", "tokens_per_s", "generated tokens per second (last interval)"),
             ("k25_serving_acceptance_length", "acceptance_length", "mean acceptance length (last interval)"),
+            (
+                "k25_serving_acceptance_rate",
+                "acceptance_rate",
+                "accepted / proposed draft tokens (last interval)",
+            ),
             ("k25_serving_running_requests", "running", "requests the engine is running"),
             ("k25_serving_waiting_requests", "waiting", "requests waiting in the engine"),
             ("k25_serving_kv_cache_usage", "kv_usage", "KV cache usage (0..1)"),
@@ -105,6 +130,35 @@ class K25Collector:
             if now is not None and value is not None:
                 g.add_metric([now.profile], float(value))
             yield g
+
+    def _alerting(self, st: HostStatus) -> Iterator[Metric]:
+        """What the alert rules need beyond the state: a switch's age, warnings, the restart budget."""
+        elapsed = GaugeMetricFamily("k25_switch_elapsed_seconds", "how long the switch in progress has run",
+                                    labels=["profile"])  # fmt: skip
+        if st.state is HostState.SWITCHING and st.target_profile:
+            elapsed.add_metric([st.target_profile], max(0.0, time.time() - st.since))
+        yield elapsed
+        warnings = GaugeMetricFamily("k25_status_warnings", "warnings /status shows (whatever the state)")
+        warnings.add_metric([], float(len(st.warnings)))
+        yield warnings
+        moved = GaugeMetricFamily("k25_database_moved_aside", "1 when the runs database was unreadable at "
+                                  "start and moved aside (history starts anew)")  # fmt: skip
+        moved.add_metric([], 1.0 if self.store.recovered else 0.0)
+        yield moved
+        budget = GaugeMetricFamily("k25_restart_budget_remaining", "automatic restarts a profile may still "
+                                   "take this hour (restart_limit_per_hour)", labels=["profile"])  # fmt: skip
+        for profile, left in sorted(self.restart_budget().items()):
+            budget.add_metric([profile], float(left))
+        yield budget
+
+    def _loads(self, summary: MetricsSummary) -> Iterator[Metric]:
+        """Each profile's last good load in disjoint pieces (weights, compile, graphs...), as on the page."""
+        pieces = GaugeMetricFamily("k25_load_stage_seconds", "the profile's last good load, piece by piece",
+                                   labels=["profile", "stage"])  # fmt: skip
+        for profile, stages in sorted(summary.load_stages.items()):
+            for stage, seconds in segments(stages, summary.load_seconds.get(profile)):
+                pieces.add_metric([profile, stage], seconds)
+        yield pieces
 
     def _parked(self) -> Iterator[Metric]:
         parked = GaugeMetricFamily("k25_parked", "1 for each parked (sleeping) profile", labels=["profile"])

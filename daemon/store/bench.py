@@ -72,6 +72,7 @@ def unpack(blob: bytes) -> list[RequestRow]:
 class BenchStore:
     def __init__(self, store: Store) -> None:
         self.store = store
+        self._throughput: dict[str, float] | None = None  # newest_throughput's answer until the next save
 
     def save(self, bench: Benchmark, levels: list[LevelRow]) -> int:
         """The benchmark and all its levels in one transaction."""
@@ -90,6 +91,7 @@ class BenchStore:
                     )
                 )
             s.commit()
+            self._throughput = None
             return bench.id or 0
 
     def get(self, *, run_id: int, requests: bool = False) -> BenchmarkView | None:
@@ -116,6 +118,19 @@ class BenchStore:
             for lv in levels:
                 by_bench.setdefault(lv.benchmark_id, []).append(lv)
             return [BenchmarkView(b, r, by_bench.get(b.id or 0, [])) for b, r in rows]
+
+    def newest_throughput(self) -> dict[str, float]:
+        """Each profile's newest benchmark's output throughput at its first level (tok/s), for /metrics;
+        read again only after a benchmark was saved."""
+        if self._throughput is None:
+            found: dict[str, float] = {}
+            for view in self.recent(limit=200):
+                first = view.summaries[0] if view.summaries else {}
+                value = first.get("output_throughput")
+                if view.bench.profile not in found and isinstance(value, int | float):
+                    found[view.bench.profile] = float(value)
+            self._throughput = found
+        return dict(self._throughput)
 
     def create_experiment(self, *, run_id: int, request: StoredJson) -> None:
         with self.store.session() as s:

@@ -47,6 +47,10 @@ class MetricsSummary:
     load_seconds: dict[str, float] = field(default_factory=dict)  # each profile's last good switch
     switch_seconds: dict[str, float] = field(default_factory=dict)
     teardown_seconds: float | None = None
+    teardown_ok: bool | None = None  # the newest teardown verified the GPUs clean
+    load_stages: dict[str, dict[str, float]] = field(
+        default_factory=dict
+    )  # profile -> its last load's stages
 
 
 class Store:
@@ -159,6 +163,7 @@ class Store:
                     if self._summary is not None:
                         if run.load_seconds is not None:
                             self._summary.load_seconds[run.profile] = run.load_seconds
+                            self._summary.load_stages[run.profile] = _pieces(run)
                         seconds = (run.ended_at - run.started_at).total_seconds() if run.ended_at else None
                         if seconds is not None:
                             self._summary.switch_seconds[run.profile] = seconds
@@ -174,6 +179,8 @@ class Store:
         with self._summary_lock:
             if self._summary is not None and total is not None:
                 self._summary.teardown_seconds = float(total)
+            if self._summary is not None:
+                self._summary.teardown_ok = ok
         return rec_id
 
     def get_run(self, *, run_id: int) -> RunView | None:
@@ -232,7 +239,8 @@ class Store:
                 self._summary = self._summarize()
             s = self._summary
             return replace(s, counts=dict(s.counts), load_seconds=dict(s.load_seconds),
-                           switch_seconds=dict(s.switch_seconds))  # fmt: skip
+                           switch_seconds=dict(s.switch_seconds),
+                           load_stages=dict(s.load_stages))  # fmt: skip
 
     def forget_summary(self) -> None:
         """Runs changed in bulk (interrupted at start, pruned): the next scrape aggregates again."""
@@ -262,6 +270,8 @@ class Store:
                 if r.profile and r.ended_at
             },
             teardown_seconds=json.loads(last_td.report).get("steps", {}).get("total_s") if last_td else None,
+            teardown_ok=last_td.ok if last_td else None,
+            load_stages={r.profile: _pieces(r) for r in good if r.profile and r.load_seconds is not None},
         )
 
     def open_runs(self, *, kind: RunKind) -> list[Run]:
@@ -288,3 +298,9 @@ def _id(value: int | None) -> int:
     if value is None:  # the database assigns it on commit
         raise RuntimeError("row has no id after commit")
     return value
+
+
+def _pieces(run: Run) -> dict[str, float]:
+    """A switch's load stages as the engine printed them ({stage: seconds})."""
+    stages = json.loads(run.load_stages) if run.load_stages else {}
+    return {str(k): float(v) for k, v in stages.items()} if isinstance(stages, dict) else {}
