@@ -29,6 +29,10 @@ class Measured:
     provenance: StoredJson
 
 
+# What each level shows on the page's charts: its shape, throughput and median latencies.
+LEVEL_KEYS = ("max_concurrency", "request_rate", "output_throughput", "median_ttft_ms", "median_tpot_ms")
+
+
 @dataclass
 class Row:
     """One profile in the comparison: its latest benchmark (with its repeats) and the verdict."""
@@ -109,10 +113,7 @@ def _row(profile: str, group: list[Measured]) -> Row:
         acceptance_rate=avg("acceptance_rate"),
         normalized_rate=avg("normalized_rate"),
         other_traffic=any(s.get("other_traffic") for s in first),
-        levels=[
-            {k: s.get(k) for k in ("max_concurrency", "request_rate", "output_throughput")}
-            for s in newest.levels
-        ],
+        levels=[{k: s.get(k) for k in LEVEL_KEYS} for s in newest.levels],
         provenance={k: newest.provenance.get(k) for k in PROVENANCE},
         latency_ms={
             name: {stat: s0.get(f"{stat}_{name}_ms") for stat in ("mean", "median", "p99")}

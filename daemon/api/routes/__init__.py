@@ -8,10 +8,12 @@ from pathlib import Path
 
 from fastapi import APIRouter, FastAPI
 from fastapi.responses import HTMLResponse
+from fastapi.staticfiles import StaticFiles
 
 from daemon.api.routes import benchmarks, profiles, runs, status, teardown
 
 INDEX = Path(__file__).resolve().parent.parent / "templates" / "index.html"
+STATIC = Path(__file__).resolve().parent.parent / "static"  # the page's script, styles and vendored uPlot
 pages = APIRouter()  # the page itself is static: it asks for the token when it needs one
 
 
@@ -26,6 +28,7 @@ READS = (status.balancer, status.read, profiles.read, runs.read, teardown.read, 
 
 def include(app: FastAPI) -> None:
     app.include_router(pages)
+    app.mount("/static", StaticFiles(directory=STATIC), name="static")
     # Writes first: for a method a path does not take, the 405's Allow header names the first route whose
     # path matches (POST /profiles/reload, not GET /profiles/{name}).
     for router in (*WRITES, *READS):
