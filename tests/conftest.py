@@ -51,9 +51,7 @@ def api(sandbox: SandboxInfo) -> Api:
     return Api(sandbox)
 
 
-@pytest.fixture
-def page() -> Iterator[Any]:
-    """A page in Debian's headless Chromium (Playwright), for the web tests."""
+def _chromium_page(*, bypass_csp: bool) -> Iterator[Any]:
     if not Path(CHROMIUM).exists():
         pytest.fail(f"{CHROMIUM} is missing: scripts/setup.sh installs Debian's chromium")
     from playwright.sync_api import sync_playwright
@@ -64,8 +62,20 @@ def page() -> Iterator[Any]:
             args=["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync"],
         )  # fmt: skip
-        # bypass_csp: Playwright's own wait_for_function evaluates strings, which the page's CSP forbids.
-        context = browser.new_context(viewport={"width": 1366, "height": 900}, bypass_csp=True)
+        context = browser.new_context(viewport={"width": 1366, "height": 900}, bypass_csp=bypass_csp)
         yield context.new_page()
         context.close()
         browser.close()
+
+
+@pytest.fixture
+def page() -> Iterator[Any]:
+    """A page in Debian's headless Chromium (Playwright), for the web tests. It bypasses the page's CSP:
+    Playwright's own wait_for_function evaluates strings, which the CSP forbids (test_csp.py keeps it)."""
+    yield from _chromium_page(bypass_csp=True)
+
+
+@pytest.fixture
+def strict_page() -> Iterator[Any]:
+    """The same, under the page's own Content-Security-Policy (wait in Python, not with wait_for_function)."""
+    yield from _chromium_page(bypass_csp=False)

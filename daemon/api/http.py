@@ -32,10 +32,15 @@ HEADERS = {
     "Referrer-Policy": "no-referrer",
     "Cache-Control": "no-store",
 }
-# The page and /docs carry their script inline; nothing may come from elsewhere.
+# Nothing may come from elsewhere. The page's script and styles are files the daemon serves: no inline
+# script or style runs there, so text that slipped into markup could not act. /docs (Swagger UI's own
+# page) carries its script inline.
 CSP = (
-    "default-src 'self'; script-src 'self' 'unsafe-inline'; style-src 'self' 'unsafe-inline'; "
-    "img-src 'self' data:; connect-src 'self'; frame-ancestors 'none'; base-uri 'none'; form-action 'self'"
+    "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "frame-ancestors 'none'; base-uri 'none'; form-action 'self'; object-src 'none'"
+)
+DOCS_CSP = CSP.replace("script-src 'self'", "script-src 'self' 'unsafe-inline'").replace(
+    "style-src 'self'", "style-src 'self' 'unsafe-inline'"
 )
 
 
@@ -166,7 +171,7 @@ class Edges:
                 for key, value in HEADERS.items():
                     out[key] = value
                 if out.get("content-type", "").startswith("text/html"):
-                    out["Content-Security-Policy"] = CSP
+                    out["Content-Security-Policy"] = DOCS_CSP if scope["path"] == "/docs" else CSP
             await send(message)
 
         if refusal is not None:

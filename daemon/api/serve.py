@@ -5,15 +5,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import socket
+import logging
 from types import FrameType
 
 import uvicorn
 
+from daemon.api import preflight
 from daemon.api.app import create_app
 from daemon.api.http import SseGate
 from daemon.core.logs import setup_logging
-from daemon.core.settings import Settings
+
+log = logging.getLogger("k25.start")
 
 
 class _Server(uvicorn.Server):
@@ -36,25 +38,22 @@ class _Server(uvicorn.Server):
                 await asyncio.wait_for(self._exit.wait(), timeout=1.0)
 
 
-def serve(settings: Settings) -> None:
+def serve() -> int:
+    """The daemon: checks before it serves (preflight.py), then one uvicorn process until a stop. A
+    refused configuration is one line at priority err and EXIT_CONFIG, never a traceback."""
     setup_logging()
+    try:
+        settings = preflight.settings()
+        preflight.check(settings)
+        sock = preflight.bind(settings)
+    except preflight.ConfigRefused as e:
+        log.error("refusing to start: %s", e)
+        return preflight.EXIT_CONFIG
     app = create_app(settings)
     # log_config=None: uvicorn's own lines go through the daemon's journal-aware logging.
     # Open event streams get 1 s after a stop before uvicorn cancels them: a restart never waits on a tab.
     config = uvicorn.Config(
         app, log_level="info", access_log=False, log_config=None, timeout_graceful_shutdown=1
     )
-    server = _Server(config, app.state.sse)
-    if settings.unix_socket is not None:
-        settings.unix_socket.unlink(missing_ok=True)
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.bind(str(settings.unix_socket))
-    else:
-        # IPPROTO_TCP, not 0: asyncio sets TCP_NODELAY only on sockets that say they are TCP (without it,
-        # back-to-back requests on one connection wait ~40 ms on Nagle + delayed ACK).
-        family = socket.AF_INET6 if ":" in settings.bind_host else socket.AF_INET
-        sock = socket.socket(family, socket.SOCK_STREAM, socket.IPPROTO_TCP)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((settings.bind_host, settings.port))
-    sock.listen(128)
-    server.run(sockets=[sock])
+    _Server(config, app.state.sse).run(sockets=[sock])
+    return 0

@@ -134,6 +134,7 @@ class Services:
         await self.warms.close()
         await self.controller.jobs.close()
         await self.sampler.close()
+        await self.recorder.held.close()
         log.info("stopping; engine units keep running")
         await self.host.prober.aclose()
 
@@ -141,7 +142,7 @@ class Services:
 async def build(settings: Settings, host: HostPorts) -> Services:
     s = settings
     store = await asyncio.to_thread(Store.open, s.database_path)
-    recorder = RunRecorder(store, StateHub())
+    recorder = RunRecorder(store, StateHub(), held_retry_s=s.store_retry_s)
     jobs = Jobs(recorder.hub)
     inventory = Inventory(s, host.systemd)
     incidents = Incidents()

@@ -65,8 +65,7 @@ def _cmd_check_profiles(args: argparse.Namespace) -> int:
 def _cmd_serve(args: argparse.Namespace) -> int:
     from daemon.api.serve import serve
 
-    serve(load_settings())
-    return EXIT_OK
+    return serve()
 
 
 def _cmd_sandbox(args: argparse.Namespace) -> int:

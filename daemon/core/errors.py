@@ -50,3 +50,8 @@ class StoreError(K25Error):
     """The runs database failed (locked, disk full, corrupt)."""
 
     status_code = 503
+
+
+class StoreUnwritable(StoreError):
+    """The runs database cannot take a write now (disk full, read-only): records of what already happened
+    are held in memory and written when it can (runs/held.py)."""

@@ -96,6 +96,8 @@ class Settings(BaseSettings):
     health_failures: int = Field(default=3, ge=1)  # in a row: unhealthy
     stall_s: float = Field(default=120.0, gt=0)  # requests running, no token generated: unhealthy
     restart_limit_per_hour: int = Field(default=2, ge=0)
+    # While the runs database cannot be written (disk full), held records are tried again this often.
+    store_retry_s: float = Field(default=5.0, gt=0)
     restart_backoff_s: float = Field(default=5.0, ge=0)  # doubled for each restart within the hour
     metrics_row_s: float = Field(default=60.0, gt=0)  # one stored row per this many seconds of serving
     metrics_minute_retention_h: float = Field(default=48.0, gt=0)  # then compacted to hourly rows

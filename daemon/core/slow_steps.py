@@ -2,12 +2,14 @@
 one that runs past a threshold is reported with what it was and where it was when a watcher thread looked
 (the main thread's stack while the step still ran: the blocking call itself). asyncio's own debug mode
 reports slow callbacks too, but it captures a traceback for every handle it creates, which makes the
-steps it measures slow; this costs two clock reads a callback. For diagnosis (`slow_callback_ms`) and the
-API tests' guard, never on by default."""
+steps it measures slow; this costs two clock reads a callback. The garbage collector's pauses within a step
+are the interpreter's, not the step's code: they are taken off its time (and named where it is reported).
+For diagnosis (`slow_callback_ms`) and the API tests' guard, never on by default."""
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import sys
 import threading
 import time
@@ -22,13 +24,15 @@ Report = Callable[["SlowStep"], None]
 
 @dataclass(frozen=True)
 class SlowStep:
-    seconds: float
+    seconds: float  # without the garbage collector's pauses
     what: str  # the task (its coroutine and where it is now) or the callback
     blocked_in: str  # the innermost frames seen while it ran (empty: it ended before the watcher looked)
+    gc_s: float = 0.0  # the garbage collector's pauses within the step
 
     def __str__(self) -> str:
         where = f"; while running: {self.blocked_in}" if self.blocked_in else ""
-        return f"{self.seconds * 1000:.0f} ms in {self.what}{where}"
+        gc = f" (and {self.gc_s * 1000:.0f} ms of garbage collection)" if self.gc_s >= 0.001 else ""
+        return f"{self.seconds * 1000:.0f} ms in {self.what}{gc}{where}"
 
 
 def describe(handle: asyncio.Handle) -> str:
@@ -58,6 +62,8 @@ class SlowSteps:
         self._stop = threading.Event()
         self._thread: int | None = None
         self._original: Callable[[asyncio.Handle], None] | None = None
+        self._gc_began = 0.0
+        self._gc_s = 0.0  # the garbage collector's pauses on the loop's thread during the current step
 
     def __enter__(self) -> SlowSteps:
         self._thread = threading.get_ident()
@@ -69,22 +75,33 @@ class SlowSteps:
                 original(handle)
                 return
             began = time.perf_counter()
-            steps._running = (began, handle)
+            steps._running, steps._gc_s = (began, handle), 0.0
             try:
                 original(handle)
             finally:
                 steps._running = None
-                took = time.perf_counter() - began
+                took = time.perf_counter() - began - steps._gc_s
                 seen = steps._seen.pop(id(handle), "") if steps._seen else ""
                 if took >= steps.threshold_s:
-                    steps.report(SlowStep(took, describe(handle), seen))
+                    steps.report(SlowStep(took, describe(handle), seen, steps._gc_s))
 
         asyncio.Handle._run = timed  # type: ignore[method-assign,assignment]
+        gc.callbacks.append(self._collecting)
         threading.Thread(target=self._watch, name="k25-slow-steps", daemon=True).start()
         return self
 
+    def _collecting(self, phase: str, _: dict[str, int]) -> None:
+        if threading.get_ident() != self._thread:
+            return
+        if phase == "start":
+            self._gc_began = time.perf_counter()
+        else:
+            self._gc_s += time.perf_counter() - self._gc_began
+
     def __exit__(self, *_: object) -> None:
         self._stop.set()
+        if self._collecting in gc.callbacks:
+            gc.callbacks.remove(self._collecting)
         if self._original is not None:
             asyncio.Handle._run = self._original  # type: ignore[method-assign,assignment]
 

@@ -13,6 +13,7 @@ from datetime import datetime
 from daemon.core import redact
 from daemon.core.hoststate import HostState, StateHub
 from daemon.core.run_types import NewRun, Outcome, Phase, Progress, RunEventJson
+from daemon.runs.held import HeldWrites
 from daemon.store.models import utcnow
 from daemon.store.queries import Store
 from daemon.store.switch_cost import SwitchCostStore
@@ -31,12 +32,20 @@ class HostAfter:
 
 
 class RunRecorder:
-    def __init__(self, store: Store, hub: StateHub) -> None:
+    def __init__(self, store: Store, hub: StateHub, *, held_retry_s: float = 5.0) -> None:
         self.store, self.hub = store, hub
         self.cost = SwitchCostStore(store)  # what switches cost the clients (/metrics reads its summary)
+        self.held = HeldWrites(store, hub, retry_s=held_retry_s)  # a full disk must not lose what happened
 
-    async def create(self, new: NewRun) -> int:
-        run_id = await asyncio.to_thread(self.store.create_run, new)
+    async def create(self, new: NewRun, *, happened: bool = False) -> int:
+        """A new run. `happened`: it records what already happened (a serving run, a unit changed by hand),
+        held in memory if the database cannot take it now; otherwise (a switch, a benchmark) a database
+        that cannot be written refuses it (StoreError: 503)."""
+        if happened:
+            run_id = await self.held.create(new)
+        else:
+            self.held.refuse_if_holding()
+            run_id = await asyncio.to_thread(self.store.create_run, new)
         link = f" (after run {new.parent_id})" if new.parent_id else ""
         argv = redact.argv(new.argv) if new.argv else None
         log.info("run %d: %s %s%s created; argv %s", run_id, new.kind, new.profile or "-", link, argv)
@@ -56,20 +65,17 @@ class RunRecorder:
         load_seconds: float | None = None,
         load_stages: dict[str, float] | None = None,
     ) -> None:
-        stored = await asyncio.to_thread(
-            self.store.add_event,
-            run_id=run_id,
-            phase=phase,
-            detail=detail,
-            progress=progress,
-            load_seconds=load_seconds,
-            load_stages=dict(load_stages) if load_stages is not None else None,
-        )
+        stages = dict(load_stages) if load_stages is not None else None
+        stored = await self.held.write(
+            f"run {run_id} event {phase}",
+            lambda: self.store.add_event(run_id=run_id, phase=phase, detail=detail, progress=progress,
+                                         load_seconds=load_seconds, load_stages=stages),
+        )  # fmt: skip
         if self.hub.status.run_id == run_id:
             loading = phase is Phase.LOADING
             shown = detail.removeprefix("draining: ") if phase is Phase.DRAINING else None
             self.hub.phase(phase, progress if loading else None, shown)
-        event = RunEventJson(id=stored, phase=phase, detail=detail, at=time.time())
+        event = RunEventJson(id=stored or 0, phase=phase, detail=detail, at=time.time())
         if progress is not None:
             event["progress_percent"] = progress.percent
             event["progress_done"] = progress.done
@@ -89,18 +95,15 @@ class RunRecorder:
         detail: str | None = None,
     ) -> None:
         """`error` is kept on the run; `detail` (a normal end's why) goes only to its final event."""
-        stored = await asyncio.to_thread(
-            self.store.finish_run,
-            run_id=run_id,
-            outcome=outcome,
-            error=error,
-            load_seconds=load_seconds,
-            detail=detail,
-        )
+        stored = await self.held.write(
+            f"run {run_id} end ({outcome})",
+            lambda: self.store.finish_run(run_id=run_id, outcome=outcome, error=error,
+                                          load_seconds=load_seconds, detail=detail),
+        )  # fmt: skip
         if host is not None:
             self.settle(host)
-        event = RunEventJson(id=stored, phase=outcome.phase, detail=detail or error or "", at=time.time(),
-                             final=True, rollback_run_id=rollback_run_id)  # fmt: skip
+        event = RunEventJson(id=stored or 0, phase=outcome.phase, detail=detail or error or "",
+                             at=time.time(), final=True, rollback_run_id=rollback_run_id)  # fmt: skip
         self.hub.publish_run(run_id, event)
         level = logging.INFO if outcome in (Outcome.ACTIVE, Outcome.OK) else logging.WARNING
         then = f"; rolling back in run {rollback_run_id}" if rollback_run_id else ""
@@ -111,8 +114,10 @@ class RunRecorder:
     async def teardown(self, run_id: int, report: TeardownReport) -> None:
         """The teardown's report stored with the run, one event that sums it up, one log line per
         decision (who got which signal and why, which files went)."""
-        await asyncio.to_thread(
-            self.store.save_teardown, run_id=run_id, ok=report.ok, report=report.to_dict()
+        data = report.to_dict()
+        await self.held.write(
+            f"run {run_id} teardown",
+            lambda: self.store.save_teardown(run_id=run_id, ok=report.ok, report=data),
         )
         for o in report.processes:
             log.warning(
@@ -135,21 +140,29 @@ class RunRecorder:
         await self.event(run_id, Phase.TEARDOWN, detail)
 
     async def out_of_rotation(self, run_id: int, at: datetime) -> None:
-        await asyncio.to_thread(self.cost.out_of_rotation, run_id=run_id, at=at)
+        await self.held.write(
+            f"run {run_id} out of rotation", lambda: self.cost.out_of_rotation(run_id=run_id, at=at)
+        )
         log.info("run %d: out of rotation (/ready 503)", run_id)
 
     async def back_in_rotation(self, run_id: int, down_at: datetime) -> None:
         up = utcnow()
-        downtime = await asyncio.to_thread(
-            self.cost.back_in_rotation, run_id=run_id, down_at=down_at, up_at=up
+        await self.held.write(
+            f"run {run_id} back in rotation",
+            lambda: self.cost.back_in_rotation(run_id=run_id, down_at=down_at, up_at=up),
         )
-        log.info("run %d: back in rotation (/ready 200) after %.1fs out", run_id, downtime)
+        log.info(
+            "run %d: back in rotation (/ready 200) after %.1fs out", run_id, (up - down_at).total_seconds()
+        )
 
     async def drained(
         self, run_id: int, *, seconds: float | None, finished: int, cut: int, timed_out: bool
     ) -> None:
-        await asyncio.to_thread(self.cost.drained, run_id=run_id, seconds=seconds, finished=finished, cut=cut,
-                                timed_out=timed_out)  # fmt: skip
+        await self.held.write(
+            f"run {run_id} drain",
+            lambda: self.cost.drained(run_id=run_id, seconds=seconds, finished=finished, cut=cut,
+                                      timed_out=timed_out),
+        )  # fmt: skip
         if cut:
             log.warning("run %d: %d request(s) still in flight at the stop: cut", run_id, cut)
 

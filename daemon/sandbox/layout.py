@@ -261,6 +261,7 @@ def _daemon_settings(root: Path, port: int) -> dict[str, str]:
         "watch_interval_s": "1",
         "stall_s": "4",
         "restart_backoff_s": "0.5",
+        "store_retry_s": "0.5",
         # Parking pins fake weights of a few bytes: keep 256 MiB free, not production's 64 GiB.
         "park_ram_reserve_bytes": str(256 * 1024**2),
     }

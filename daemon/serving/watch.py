@@ -12,6 +12,7 @@ import logging
 import time
 from collections.abc import Callable
 from datetime import UTC, datetime
+from functools import partial
 
 from daemon.core.errors import K25Error
 from daemon.core.hoststate import HostState
@@ -97,7 +98,7 @@ class ServingWatch:
         p = lp.profile
         if adopt_run is None:
             new = NewRun(RunKind.SERVING, p.name, None, parent, None, lp.sha256, p.unit)
-            run_id = await self.recorder.create(new)
+            run_id = await self.recorder.create(new, happened=True)
             await self.recorder.event(run_id, Phase.SERVING, f"{p.unit} serving")
         else:
             run_id = adopt_run
@@ -125,9 +126,13 @@ class ServingWatch:
         if serving.window is not None and outcome is Outcome.STOPPED:
             await self._final_scrape(serving)  # the engine still serves: count up to this moment
         if serving.window is not None and (row := serving.window.row()) is not None:
-            await asyncio.to_thread(self.store.add_row, row)
+            await self.recorder.held.write(
+                f"run {serving.run_id} metrics row", partial(self.store.add_row, row)
+            )
         served = time.monotonic() - serving.started
-        await asyncio.to_thread(self.store.set_served, serving.run_id, served)
+        await self.recorder.held.write(
+            f"run {serving.run_id} served", partial(self.store.set_served, serving.run_id, served)
+        )
         self.hub.serving(None)
         crashed = outcome is Outcome.CRASHED
         await self.recorder.finish(
@@ -242,7 +247,7 @@ class ServingWatch:
     async def _external(self, lp: LoadedProfile, detail: str, outcome: Outcome = Outcome.OK) -> int:
         p = lp.profile
         run_id = await self.recorder.create(
-            NewRun(RunKind.EXTERNAL, p.name, None, None, None, lp.sha256, p.unit)
+            NewRun(RunKind.EXTERNAL, p.name, None, None, None, lp.sha256, p.unit), happened=True
         )
         await self.recorder.finish(run_id, outcome, error=detail)
         return run_id
@@ -346,7 +351,9 @@ class ServingWatch:
         self.changes += 1
         row = window.add(snap, now, datetime.now(UTC))
         if row is not None:
-            await asyncio.to_thread(self.store.add_row, row)
+            await self.recorder.held.write(
+                f"run {serving.run_id} metrics row", partial(self.store.add_row, row)
+            )
         if before is not None and (seconds := self.settings.watch_interval_s) > 0:
             usage = window.engine.usage_delta(window.profile, before, snap)
             tps = max(0.0, usage.generation_tokens) / seconds

@@ -10,10 +10,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 from sqlalchemy import Engine, func
-from sqlalchemy.exc import SQLAlchemyError
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlmodel import Session, col, select
 
-from daemon.core.errors import StoreError
+from daemon.core.errors import StoreError, StoreUnwritable
 from daemon.core.jsontypes import StoredJson
 from daemon.core.run_types import FINAL_OUTCOMES, NewRun, Outcome, Phase, Progress, RunKind
 from daemon.store.db import healthy, make_engine, move_aside, private, upgrade
@@ -53,6 +53,10 @@ class MetricsSummary:
     )  # profile -> its last load's stages
 
 
+# SQLite's words for a database that cannot take a write now but may later (SQLITE_FULL, READONLY, IOERR).
+UNWRITABLE = ("database or disk is full", "readonly database", "disk I/O error")
+
+
 class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
@@ -67,9 +71,10 @@ class Store:
             with Session(self.engine) as s:
                 yield s
         except SQLAlchemyError as e:
-            raise StoreError(
-                f"the runs database failed: {e.__class__.__name__}: {e.args[0] if e.args else e}"
-            ) from e
+            text = f"{e.__class__.__name__}: {e.args[0] if e.args else e}"
+            if isinstance(e, OperationalError) and any(w in text for w in UNWRITABLE):
+                raise StoreUnwritable(f"the runs database cannot be written: {text}") from e
+            raise StoreError(f"the runs database failed: {text}") from e
 
     @classmethod
     def open(cls, path: Path) -> Store:
@@ -94,14 +99,19 @@ class Store:
         store.recovered = recovered
         return store
 
-    def create_run(self, new: NewRun) -> int:
+    def create_run(self, new: NewRun, run_id: int | None = None) -> int:
+        """A new run; `run_id` where its id was given out before the row could be written (runs/held.py)."""
         with self.session() as s:
             fields = asdict(new) | {"argv": json.dumps(new.argv) if new.argv is not None else None}
-            run = Run(**fields)
+            run = Run(id=run_id, **fields)
             s.add(run)
             s.commit()
             self._count(new.kind, Outcome.RUNNING, +1)
             return _id(run.id)
+
+    def max_run_id(self) -> int:
+        with self.session() as s:
+            return int(s.exec(select(func.max(Run.id))).one() or 0)
 
     def _count(self, kind: str, outcome: str, n: int) -> None:
         with self._summary_lock:

@@ -27,3 +27,21 @@ async def test_the_tests_own_coroutine_is_not_the_daemons() -> None:
         time.sleep(0.08)  # noqa: ASYNC251 - on purpose: this test's own body blocks (asyncio.Runner made its task)
         await asyncio.sleep(0)
     assert slow.seen == []
+
+
+async def test_a_garbage_collection_within_a_step_is_not_the_steps_code() -> None:
+    """A collection of a large heap pauses whatever step triggers it: named, but not counted against it."""
+    import gc
+
+    loop = asyncio.get_running_loop()
+    heap = [[i] for i in range(1_500_000)]  # objects the collector has to walk
+    began = time.perf_counter()
+    gc.collect()
+    pause = time.perf_counter() - began
+    with SlowCallbacks(loop, threshold_s=pause / 3) as slow:
+        loop.call_soon(gc.collect)  # the step itself is nothing but the collector's pause
+        loop.call_soon(time.sleep, pause)  # a step that blocks as long: reported
+        await asyncio.sleep(pause * 3)
+    del heap
+    assert len(slow.seen) == 1, slow.seen
+    assert "<built-in function sleep>" in slow.seen[0], slow.seen

@@ -71,3 +71,23 @@ def test_daemon_unit_is_notify() -> None:
     text = (UNITS / "k25-ctl.service").read_text()
     assert "Type=notify" in text
     assert "k25-ctl serve" in text
+
+
+@pytest.mark.parametrize("unit", ["vllm-kimi-k25-int4.service", "k25-engine@.service"])
+def test_engine_units_exposure_is_at_most_7(root: Path, unit: str) -> None:
+    """`systemd-analyze security --offline=yes`: 9.6 UNSAFE before the engine units' hardening."""
+    system = root / "etc/systemd/system"
+    name = unit.replace("@.", "@probe.")
+    if name != unit:
+        shutil.copy(system / unit, system / name)
+    r = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--no-pager", str(system / name)],
+                       capture_output=True, text=True, timeout=60, cwd=system)  # fmt: skip
+    line = next(x for x in r.stdout.splitlines() if "Overall exposure level" in x)
+    exposure = float(line.split(":")[1].split()[0])
+    print(line)
+    assert exposure <= 7.0, line
+    # What a GPU engine needs is left alone: devices, /dev/shm and IPC, the network, /tmp and home.
+    text = (UNITS / unit).read_text()
+    for kept in ("PrivateDevices", "DeviceAllow", "PrivateIPC", "PrivateNetwork", "PrivateTmp", "ProtectHome",
+                 "RestrictAddressFamilies", "MemoryDenyWriteExecute", "ProtectClock"):  # fmt: skip
+        assert f"\n{kept}=" not in text, kept

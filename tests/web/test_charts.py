@@ -7,6 +7,7 @@ from typing import Any
 
 from daemon.sandbox.sandbox import SandboxInfo
 from tests.sandboxing import Api
+from tests.web.pages import errors_of, experiment
 from tests.web.test_page import ARTIFACTS
 
 CHARTS = {  # chart: (the y axis label it shows, what its legend's first value names)
@@ -35,14 +36,8 @@ LEGEND = (
 def test_each_chart_draws_with_axes_and_shows_values_on_hover(
     page: Any, api: Api, sandbox: SandboxInfo
 ) -> None:
-    api.activate("baseline")
-    spec = {"concurrency": [1, 2], "num_prompts": 2, "max_tokens": 32, "warmups": 0}
-    r = api.client.post("/experiments", json={"profiles": ["vllm-eagle3", "baseline"], "benchmark": spec})
-    assert r.status_code == 202, r.text
-    assert api.wait_run(r.json()["run_id"], within_s=180)["outcome"] == "ok"
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    experiment(api, ["vllm-eagle3", "baseline"], max_tokens=32)
+    errors = errors_of(page)
     page.goto(sandbox.url + "/")
     page.wait_for_selector("#compare-table:not([hidden])", timeout=15000)
     page.wait_for_function(  # the serving chart has a few samples of the restored baseline

@@ -10,6 +10,7 @@ import pytest
 
 from daemon.sandbox.sandbox import SandboxInfo
 from tests.sandboxing import Api
+from tests.web.pages import errors_of, experiment
 
 pytestmark = pytest.mark.web
 ARTIFACTS = Path(os.environ.get("K25_ARTIFACTS", Path(__file__).resolve().parents[2] / "artifacts"))
@@ -139,14 +140,8 @@ def test_page_works_when_reads_need_the_token(page: Any, tmp_path: Path) -> None
 
 
 def test_page_shows_benchmark_charts_and_comparison(page: Any, api: Api, sandbox: SandboxInfo) -> None:
-    api.activate("baseline")
-    spec = {"concurrency": [1, 2], "num_prompts": 2, "max_tokens": 48, "warmups": 0}
-    r = api.client.post("/experiments", json={"profiles": ["baseline", "sglang-eagle3"], "benchmark": spec})
-    assert r.status_code == 202, r.text
-    assert api.wait_run(r.json()["run_id"], within_s=180)["outcome"] == "ok"
-    errors: list[str] = []
-    page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
-    page.on("pageerror", lambda e: errors.append(str(e)))
+    experiment(api, ["baseline", "sglang-eagle3"], max_tokens=48)
+    errors = errors_of(page)
     page.goto(sandbox.url + "/")
     page.wait_for_selector("#compare-table:not([hidden]) tr[data-profile='sglang-eagle3']", timeout=15000)
     assert page.is_hidden("#benchmarks")  # the "no benchmarks yet" line is gone

@@ -1,5 +1,7 @@
 "use strict";
 const $ = (id) => document.getElementById(id);
+// Every server string that goes into markup passes through esc (numbers through fmt): profile files, unit
+// names and error texts are the operator's or an engine's words, never markup.
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({"&":"&amp;","<":"&lt;",">":"&gt;",'"':"&quot;","'":"&#39;"}[c]));
 let status = null;
 
@@ -63,7 +65,7 @@ function renderGpus(gpus) {
     const pct = g.memory_total_mib ? Math.round(100 * g.memory_used_mib / g.memory_total_mib) : 0;
     return `<tr><td>${g.index}</td><td>${esc(g.name)}</td><td><div class="bar mem"><div data-w="${pct}"></div></div>
       <span class="mute">${(g.memory_used_mib/1024).toFixed(1)} / ${(g.memory_total_mib/1024).toFixed(0)} GiB</span></td>
-      <td>${g.utilization_pct ?? "–"}%</td><td>${g.power_w == null ? "–" : g.power_w.toFixed(0) + " W"}</td></tr>`;
+      <td>${esc(g.utilization_pct ?? "–")}%</td><td>${g.power_w == null ? "–" : fmt(g.power_w, 0) + " W"}</td></tr>`;
   }).join("") || `<tr><td colspan="5" class="mute">no GPU found</td></tr>`;
   widths($("gpus"));
 }
@@ -101,7 +103,7 @@ function breakdown(r) {
   const parts = r.load_breakdown || [];
   const total = parts.reduce((a, b) => a + b.seconds, 0);
   if (!total) return r.load_seconds == null ? "–" : r.load_seconds.toFixed(1) + " s";
-  return `<div class="stack" data-run="${r.id}" title="${parts.map((b) => `${b.stage} ${b.seconds.toFixed(1)} s`).join(", ")}">${parts.map((b) =>
+  return `<div class="stack" data-run="${r.id}" title="${esc(parts.map((b) => `${b.stage} ${b.seconds.toFixed(1)} s`).join(", "))}">${parts.map((b) =>
     `<div class="st-${esc(b.stage)}" data-stage="${esc(b.stage)}" data-w="${(100 * b.seconds / total).toFixed(1)}"></div>`).join("")}</div>
     <span class="mute">${total.toFixed(1)} s</span>`;
 }
@@ -135,7 +137,7 @@ function renderRuns(runs) {
 }
 
 async function showRun(id) {
-  const r = await api(`/runs/${id}`);
+  const r = await api(`/runs/${encodeURIComponent(id)}`);
   const td = (r.teardowns || []).map((t) => {
     const rep = t.report;
     const procs = (rep.processes || []).map((p) => `${p.pid} ${esc(p.title)} — ${esc((p.signals || []).join("+") || "none")} → ${esc(p.outcome)}`).join("\n") || "no process to stop";
