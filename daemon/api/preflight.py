@@ -5,12 +5,10 @@ from restarting in a loop: a configuration does not fix itself."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import logging
 import os
 import socket
-import sqlite3
 import tomllib
 from pathlib import Path
 
@@ -63,14 +61,13 @@ def _database(db: Path) -> None:
         probe = state / f".k25-write-check-{os.getpid()}"
         probe.write_bytes(b"")
         probe.unlink()
-        if db.exists():  # never created here: an empty file would read as a damaged database
-            with db.open("r+b"):  # SQLite would quietly open a file it cannot write read-only
+        # Opened for writing, never created here (an empty file would read as a damaged database) and not
+        # read by SQLite: a damaged one is the store's to move aside, not a reason to refuse.
+        if db.exists():
+            with db.open("r+b"):
                 pass
-            with contextlib.closing(sqlite3.connect(f"file:{db}?mode=rw", uri=True)) as conn:
-                conn.execute("BEGIN IMMEDIATE")  # the write lock: a read-only file or folder says so here
-                conn.rollback()
-    except (OSError, sqlite3.Error) as e:
-        why = e.strerror if isinstance(e, OSError) and e.strerror else str(e)
+    except OSError as e:
+        why = e.strerror or str(e)
         raise ConfigRefused(f"the runs database {db} cannot be opened for writing ({why}): the state "
                             f"directory {state} and the database must be writable (a read-only mount? another"
                             f" owner? a full disk?), {AFTER}") from None  # fmt: skip

@@ -106,10 +106,13 @@ class StreamReader:
         if isinstance(usage, dict) and usage.get("prompt_tokens") is not None:
             self.r.prompt_tokens = int(usage["prompt_tokens"])
         choices = obj.get("choices") or ()
-        # The first token is the first chunk with text (not SGLang's empty role chunk); after it every chunk
-        # with choices is an ITL sample and moves E2EL, as vLLM counts (a token whose bytes do not complete
-        # a character yet comes as a chunk without text).
-        if any(_text(c) for c in choices) or (choices and self._last is not None):
+        # The first token is the first chunk that carries one, as `vllm bench serve` counts: with usage per
+        # chunk, the first whose completion count grew; without, the first completions choice even when its
+        # text is empty (a token whose bytes do not complete a character yet), never SGLang's chat role
+        # chunk. Waiting for the first text instead put a later token's arrival in TTFT (#26). After it
+        # every chunk with choices is an ITL sample and moves E2EL.
+        token = completion > self._usage_seen if completion is not None else any(map(_carries, choices))
+        if choices and (token or self._last is not None):
             self._chunk(at, completion)
         if completion is not None:
             self.r.output_tokens, self.r.tokens_from_usage = int(completion), True
@@ -146,6 +149,11 @@ class StreamReader:
         if self._per_chunk_known and self._chunks and sum(self._per_chunk) <= r.output_tokens:
             r.chunk_tokens = self._per_chunk  # a last token without text (EOS) may follow the last chunk
         return r
+
+
+def _carries(choice: Any) -> bool:
+    """A choice with a token in it: text, chat content, or a completions choice whose text is empty."""
+    return _text(choice) or (isinstance(choice, dict) and "text" in choice)
 
 
 def _text(choice: Any) -> bool:

@@ -122,3 +122,29 @@ async def test_poisson_arrivals_follow_their_schedule(serve: Callable[[Handler],
     )
     assert sent[-1] - schedule[-1] < 2.0  # generous: a loaded 2-core machine wakes late
     assert all(r.status == Status.OK for r in res.records)
+
+
+async def test_ttft_is_the_first_token_even_without_text(serve: Callable[[Handler], Awaitable[str]]) -> None:
+    """A fake engine with a known first-token delay (50 ms) whose first token has no text yet (bytes of a
+    character still incomplete), the text 200 ms later: TTFT is 50 ms, as `vllm bench serve` counts."""
+
+    async def textless_first(w: asyncio.StreamWriter) -> None:
+        w.write(STREAM_HEAD)
+        await w.drain()
+        await asyncio.sleep(0.05)
+        w.write(_event(_chunk("", 1)))
+        await w.drain()
+        await asyncio.sleep(0.2)
+        w.write(_event(_chunk("é", 2)) + _event("[DONE]") + b"0\r\n\r\n")
+        await w.drain()
+
+    url = await serve(textless_first)
+    async with new_client(5, 1) as client:
+        rec = await send(client, Request(url, {}), 0, 0.0, 5)
+    assert rec.status == Status.OK
+    assert rec.ttft is not None
+    assert rec.e2el is not None
+    # The first token's arrival, then one gap to the text: waiting for the text would make TTFT the whole
+    # stream (ttft == e2el) with no gap at all. Nothing here depends on how fast this machine is.
+    assert len(rec.gaps) == 1, rec.gaps
+    assert rec.ttft + rec.gaps[0] == pytest.approx(rec.e2el)

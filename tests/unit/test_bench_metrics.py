@@ -163,3 +163,23 @@ def test_a_chunk_without_text_after_the_first_token_is_an_itl_sample() -> None:
     assert s["mean_itl_ms"] == pytest.approx(100.0)
     assert s["mean_itl_per_token_ms"] == pytest.approx(100.0)
     assert s["mean_tpot_ms"] == pytest.approx(100.0)  # ITL and TPOT agree, as in vLLM's bench
+
+
+def test_a_first_token_without_text_is_the_first_token() -> None:
+    """vLLM streams a token whose bytes do not complete a character as a chunk with empty text; `vllm
+    bench serve` takes TTFT at the first chunk with choices. Waiting for the first text (k25-ctl before
+    #26) put the next token's arrival in TTFT: the mean TTFT's tail against vLLM's."""
+
+    def u(n: int) -> dict[str, int]:
+        return {"prompt_tokens": 1, "completion_tokens": n, "total_tokens": n + 1}
+
+    with_usage = _play([(1.1, _completion("", u(1))), (1.3, _completion("é", u(2))), (1.3, "[DONE]")])
+    assert with_usage.ttft == pytest.approx(0.1)
+    assert with_usage.gaps == pytest.approx([0.2])
+    without = _play([(1.1, _completion("")), (1.3, _completion("é")), (1.3, _usage(1, 2)), (1.3, "[DONE]")])
+    assert without.ttft == pytest.approx(0.1)
+    # SGLang's chat role chunk (usage null) is still not a token, nor a usage chunk that counts none yet.
+    role = _play([(1.05, _chat(None, role=True)), (1.4, _chat("Hi")), (1.4, _usage(1, 1)), (1.4, "[DONE]")])
+    assert role.ttft == pytest.approx(0.4)
+    zero = _play([(1.05, _completion("", u(0))), (1.2, _completion("a", u(1))), (1.2, "[DONE]")])
+    assert zero.ttft == pytest.approx(0.2)
