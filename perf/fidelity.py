@@ -45,6 +45,7 @@ KEYS = ("output_throughput", "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "
         "median_itl_ms")  # fmt: skip
 # Each client on core 1, the engine on core 0, where there are two cores: a client competing with the engine
 # for a core would measure its own interference.
+CONTINUOUS = [True]  # usage on every chunk, as the daemon's benchmarks ask (--no-continuous-usage: off)
 CLIENT_CORE = ["taskset", "-c", "1"] if (os.cpu_count() or 1) >= 2 else []
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
        "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(CACHE / "vllm-cache")}  # fmt: skip
@@ -129,7 +130,7 @@ def k25(url: str, spec: BenchmarkSpec, mode: Mode) -> dict[str, Any]:
     texts = spec.prompts or [p.text for p in base_prompts(spec)]
     bodies = [
         {"model": "tiny", "prompt": t, "max_tokens": spec.max_tokens, "temperature": 0, "ignore_eos": True,
-         "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": True}}
+         "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": CONTINUOUS[0]}}
         for t in texts
     ]  # fmt: skip
 
@@ -212,7 +213,10 @@ def main() -> None:
     ap.add_argument("--input-len", type=int, default=64)
     ap.add_argument("--output-len", type=int, default=256)
     ap.add_argument("--evidence", action="store_true", help="round 1's per-request TTFTs, sorted")
+    ap.add_argument("--no-continuous-usage", action="store_true",
+                    help="k25-ctl's requests without continuous_usage_stats (what it costs the engine)")  # fmt: skip
     args = ap.parse_args()
+    CONTINUOUS[0] = not args.no_continuous_usage
     modes = [MODES[m] for m in args.modes.split(",")]
     if args.evidence:
         client_mod.StreamReader = _Evidence  # type: ignore[attr-defined]  # the client reads through it

@@ -236,7 +236,19 @@ def write_tree(
     values = _daemon_settings(root, port) | (settings or {})  # values as TOML text
     config.write_text("".join(f"{k} = {v}\n" for k, v in values.items()))
     write_units(root, config, binds)
+    _let_orphans_escape(etc / "profiles.d", root / "units")
     return ports
+
+
+def _let_orphans_escape(profiles: Path, units: Path) -> None:
+    """The fake `orphan` fault leaves its unit's cgroup, as an engine's orphan can where a unit allows it
+    (or where an engine was started by hand): the engine units' ProtectControlGroups=yes forbids that, so
+    these profiles' units get a drop-in that allows it; teardown must still find and kill the orphan."""
+    for f in profiles.glob("*.toml"):
+        if '"--fault", "orphan"' in f.read_text():
+            drop_in = units / f"k25-engine@{f.stem}.service.d"
+            drop_in.mkdir(parents=True, exist_ok=True)
+            (drop_in / "orphan-fault.conf").write_text("[Service]\nProtectControlGroups=no\n")
 
 
 def _daemon_settings(root: Path, port: int) -> dict[str, str]:
