@@ -75,12 +75,12 @@ class HeldWrites:
             self._task = asyncio.create_task(self._flush())
 
     def _show(self) -> None:
+        """The /status warning with the count held now; a state event only when it reads differently."""
         others = tuple(w for w in self.hub.status.warnings if not w.startswith(WARNING))
-        if self._held:
-            mine = f"{WARNING} ({self._why}): {len(self._held)} records held in memory, written when it can"
-            self.hub.warnings((*others, mine))
-        elif others != self.hub.status.warnings:
-            self.hub.warnings(others)
+        mine = f"{WARNING} ({self._why}): {len(self._held)} records held in memory, written when it can"
+        shown = (*others, mine) if self._held else others
+        if shown != self.hub.status.warnings:
+            self.hub.warnings(shown)
 
     async def _flush(self) -> None:
         written = 0
@@ -89,6 +89,7 @@ class HeldWrites:
             try:
                 await asyncio.to_thread(fn)
             except StoreUnwritable:
+                self._show()  # the count that still waits (not an event per record written)
                 # No event says the disk has room again: trying again after a pause is the only way.
                 await asyncio.sleep(self.retry_s)
                 continue
@@ -96,7 +97,7 @@ class HeldWrites:
                 log.exception("held record %s could not be written; dropped", what)
             self._held.popleft()
             written += 1
-            self._show()
+        self._show()
         log.warning("runs database writable again: %d held records written", written)
 
     async def close(self) -> None:

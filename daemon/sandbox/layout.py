@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.core.command import k25_command
+from daemon.core.profiles import under_private_tmp
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
@@ -85,9 +86,8 @@ def render_unit(text: str, config: Path, root: Path, binds: tuple[Path, ...] = (
 def hidden_by_private_tmp() -> list[Path]:
     """What the daemon's ExecStart needs that PrivateTmp would hide: the checkout, and the interpreter's
     prefixes (a virtualenv, and the Python it was made from) where they lie under /tmp or /var/tmp."""
-    tmps = (Path("/tmp"), Path("/var/tmp"))
     needed = [REPO, Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent]
-    found = [p for p in dict.fromkeys(needed) if any(p.is_relative_to(t) for t in tmps)]
+    found = [p for p in dict.fromkeys(needed) if under_private_tmp(str(p))]
     return [p for p in found if not any(p != q and p.is_relative_to(q) for q in found)]  # outermost only
 
 

@@ -51,12 +51,18 @@ class Serving:
     live: deque[Sample] = field(default_factory=lambda: deque(maxlen=LIVE_SAMPLES))
     hang_acted: bool = False
     managed: bool = True  # started by k25-ctl; an engine an operator started by hand gets no automatic action
-    loading: bool = False  # started outside k25-ctl and not yet answering health: not active yet
-    settled: asyncio.Event = field(default_factory=asyncio.Event)  # set once it answers, or once it ends
+    # Set once the host may call it active: at once for an engine k25-ctl started; for one started outside
+    # k25-ctl, when it answers health (or its load_timeout_s passed), or when its serving run ends.
+    settled: asyncio.Event = field(default_factory=asyncio.Event)
 
     @property
     def unit(self) -> str:
         return self.lp.profile.unit
+
+    @property
+    def loading(self) -> bool:
+        """Started outside k25-ctl and not yet answering health: not active yet."""
+        return not self.settled.is_set()
 
 
 class ParkedUnits(Protocol):

@@ -103,7 +103,7 @@ class ServingWatch:
         else:
             run_id = adopt_run
             await self.recorder.event(run_id, Phase.SERVING, "followed again after a daemon restart")
-        self.serving = Serving(run_id, lp, managed=managed, loading=loading)
+        self.serving = Serving(run_id, lp, managed=managed)
         if not loading:
             self.serving.settled.set()
         self.serving.window = MetricsWindow(run_id, p, engine_for(p), self.settings.metrics_row_s)
@@ -323,7 +323,6 @@ class ServingWatch:
     async def _loaded(self, serving: Serving, healthy: bool) -> None:
         """An engine started outside k25-ctl answers health (or its load_timeout_s passed): the host is
         active, and the liveness rules apply from here on."""
-        serving.loading = False
         p = serving.lp.profile
         why = (
             "answers health"

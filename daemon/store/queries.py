@@ -34,8 +34,7 @@ class RunView:
 
     @property
     def load_stages(self) -> dict[str, float] | None:
-        stages = json.loads(self.run.load_stages) if self.run.load_stages else None
-        return {str(k): float(v) for k, v in stages.items()} if isinstance(stages, dict) else None
+        return _stages(self.run)
 
 
 @dataclass
@@ -48,9 +47,8 @@ class MetricsSummary:
     switch_seconds: dict[str, float] = field(default_factory=dict)
     teardown_seconds: float | None = None
     teardown_ok: bool | None = None  # the newest teardown verified the GPUs clean
-    load_stages: dict[str, dict[str, float]] = field(
-        default_factory=dict
-    )  # profile -> its last load's stages
+    # Each profile's last good load, its stages as the engine printed them.
+    load_stages: dict[str, dict[str, float]] = field(default_factory=dict)
 
 
 # SQLite's words for a database that cannot take a write now but may later (SQLITE_FULL, READONLY, IOERR).
@@ -173,7 +171,7 @@ class Store:
                     if self._summary is not None:
                         if run.load_seconds is not None:
                             self._summary.load_seconds[run.profile] = run.load_seconds
-                            self._summary.load_stages[run.profile] = _pieces(run)
+                            self._summary.load_stages[run.profile] = _stages(run) or {}
                         seconds = (run.ended_at - run.started_at).total_seconds() if run.ended_at else None
                         if seconds is not None:
                             self._summary.switch_seconds[run.profile] = seconds
@@ -281,7 +279,9 @@ class Store:
             },
             teardown_seconds=json.loads(last_td.report).get("steps", {}).get("total_s") if last_td else None,
             teardown_ok=last_td.ok if last_td else None,
-            load_stages={r.profile: _pieces(r) for r in good if r.profile and r.load_seconds is not None},
+            load_stages={
+                r.profile: _stages(r) or {} for r in good if r.profile and r.load_seconds is not None
+            },
         )
 
     def open_runs(self, *, kind: RunKind) -> list[Run]:
@@ -310,7 +310,7 @@ def _id(value: int | None) -> int:
     return value
 
 
-def _pieces(run: Run) -> dict[str, float]:
-    """A switch's load stages as the engine printed them ({stage: seconds})."""
-    stages = json.loads(run.load_stages) if run.load_stages else {}
-    return {str(k): float(v) for k, v in stages.items()} if isinstance(stages, dict) else {}
+def _stages(run: Run) -> dict[str, float] | None:
+    """A switch's load stages as the engine printed them ({stage: seconds}), decoded."""
+    stages = json.loads(run.load_stages) if run.load_stages else None
+    return {str(k): float(v) for k, v in stages.items()} if isinstance(stages, dict) else None
