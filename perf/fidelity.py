@@ -1,14 +1,27 @@
 """k25-ctl's benchmark against `vllm bench serve` on the same real engine (the realengine tier's CPU vLLM
-and tiny model): random prompts of a fixed input length, fixed output length with ignore_eos, temperature
-0; the two tools alternate, round after round, in three modes: a fixed concurrency (4), a single stream
-(concurrency 1: the operators' figure) and Poisson arrivals at a fixed request rate. For each metric it
-prints both tools' means, the ratio k25-ctl / vLLM with its 95% interval over the rounds (Student's t on
-the per-round ratios), and a verdict: `ok` (the interval lies within 1 +- 3%), `FLAG` (it lies outside),
-`wide` (more rounds needed). Each mode starts with an unmeasured run at its full size, and the
-order of the tools alternates round by round (ABBA: a drift weighs on both alike). The engine runs on core 0 and each client on core 1 (taskset) where the
-machine has two cores or more. `--evidence` prints round 1's per-request TTFTs of both tools, sorted, and
-which of k25-ctl's requests began with a token that had no text. Needs scripts/realengine.sh's cache.
-`python perf/fidelity.py [--rounds 6] [--modes c4,c1,rate] [--evidence]`"""
+and tiny model), in three modes: a fixed concurrency (4), a single stream (concurrency 1: the operators'
+figure) and Poisson arrivals at a fixed request rate. Both tools send the same requests: vLLM's own random
+dataset, sampled in its venv with the seed `vllm bench serve` is given (input and output lengths uniform
+in mean * (1 +- r), ignore_eos, temperature 0), k25-ctl in a shuffled order (in one order the two loops
+run in step and the tool that leads gets each prefill first); TTFTs are paired request by request.
+
+The two tools run at the same time, each with the mode's settings (the engine batches both): this
+machine's engine changes speed by up to 3x from one ten-second stretch to the next, so two tools measured
+one after the other compare two engines (a sequential ABBA design gave per-round ratios of 0.77-1.28).
+Measured side by side, every batch, every stall, holds requests of both; k25-ctl starts when `vllm bench
+serve` says its main run begins, and the gap between the two first sends is printed (both use the
+machine's monotonic clock). Many short requests per round, of spread lengths: a request's TTFT depends on
+where in the engine's step it lands, and two closed loops of equal requests lock into a phase for a whole
+round (fixed lengths gave per-round TTFT ratios of 0.79-1.16 at concurrency 4).
+
+For each metric it prints both tools' means, the ratio k25-ctl / vLLM with its 95% interval over the rounds
+(Student's t on the per-round ratios), and a verdict: `ok` (the interval lies within 1 +- 3%), `FLAG` (it
+lies outside), `wide` (more rounds needed). Each mode starts with a round that is not measured. The engine
+runs on core 0 and both clients on core 1 (taskset) where the machine has two cores or more (a third core
+would give each client its own). `--evidence` prints round 1's per-request TTFTs of both tools, sorted,
+and which of k25-ctl's requests began with a token that had no text. Needs scripts/realengine.sh's cache.
+`python perf/fidelity.py [--rounds 16] [--modes c4,c1,rate] [--output-len 32] [--range-ratio 0.5]
+[--scale 1] [--evidence]`"""
 
 from __future__ import annotations
 
@@ -25,11 +38,9 @@ import sys
 import tempfile
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
-
-import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -45,6 +56,7 @@ KEYS = ("output_throughput", "mean_ttft_ms", "median_ttft_ms", "mean_tpot_ms", "
         "median_itl_ms")  # fmt: skip
 # Each client on core 1, the engine on core 0, where there are two cores: a client competing with the engine
 # for a core would measure its own interference.
+RANGE = [0.5]  # --range-ratio, for vllm bench serve's command line
 CONTINUOUS = [True]  # usage on every chunk, as the daemon's benchmarks ask (--no-continuous-usage: off)
 CLIENT_CORE = ["taskset", "-c", "1"] if (os.cpu_count() or 1) >= 2 else []
 ENV = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
@@ -70,26 +82,37 @@ def server(port: int) -> Iterator[str]:
         yield url
 
 
-def prompts(url: str, n: int, length: int, seed: int) -> list[str]:
-    """Random token ids decoded by the engine itself (as `vllm bench serve`'s random dataset does), so both
-    tools send prompts of the same length in tokens."""
-    rng = random.Random(seed)  # noqa: S311 - reproducible prompts
-    vocab = len(json.loads((CACHE / "model/tokenizer.json").read_text())["model"]["vocab"])
-    out = []
-    for _ in range(n):
-        ids = [rng.randrange(4, vocab) for _ in range(length)]  # 0-3: the special tokens
-        text = httpx.post(url + "/detokenize", json={"model": "tiny", "tokens": ids}, timeout=30).json()[
-            "prompt"
-        ]
-        # Decoding then encoding again changes the count: cut to the length and decode once more (as vLLM).
-        again = httpx.post(url + "/tokenize", json={"model": "tiny", "prompt": text, "add_special_tokens": False},
-                           timeout=30).json()["tokens"][:length]  # fmt: skip
-        out.append(
-            httpx.post(url + "/detokenize", json={"model": "tiny", "tokens": again}, timeout=30).json()[
-                "prompt"
-            ]
-        )
-    return out
+# vLLM's own random dataset, sampled in its venv with the seed `vllm bench serve` is given: both tools send
+# the same prompts with the same output lengths (token ids in a row from a random offset, decoded and
+# re-encoded to the target length; lengths uniform in mean * (1 +- r)).
+SAMPLE = """
+import json, sys
+from vllm.benchmarks.datasets.datasets import RandomDataset
+from vllm.tokenizers import get_tokenizer
+a = json.loads(sys.argv[1])
+tok = get_tokenizer(a["tokenizer"], tokenizer_mode="auto", trust_remote_code=False)
+out = {}
+for seed in a["seeds"]:
+    rs = RandomDataset(random_seed=seed, dataset_path=None, disable_shuffle=False).sample(
+        tokenizer=tok, num_requests=a["n"], prefix_len=0, input_len=a["input_len"],
+        output_len=a["output_len"], range_ratio=a["ratio"], request_id_prefix="", batchsize=1,
+        no_oversample=False)
+    out[seed] = [[r.prompt, r.expected_output_len] for r in rs]
+print(json.dumps(out))
+"""
+
+
+def datasets(
+    seeds: list[int], n: int, input_len: int, output_len: int, ratio: float
+) -> dict[int, list[tuple[str, int]]]:
+    """Each seed's requests, as `vllm bench serve --seed SEED` samples them (one process: vLLM's import
+    takes 20 s)."""
+    args = {"tokenizer": str(CACHE / "model"), "seeds": seeds, "n": n, "input_len": input_len,
+            "output_len": output_len, "ratio": ratio}  # fmt: skip
+    r = subprocess.run([str(CACHE / "venv/bin/python"), "-c", SAMPLE, json.dumps(args)], env=os.environ | ENV,
+                       capture_output=True, text=True, timeout=600, check=True)  # fmt: skip
+    found = json.loads(r.stdout.strip().splitlines()[-1])
+    return {int(k): [(str(p), int(m)) for p, m in v] for k, v in found.items()}
 
 
 @dataclass(frozen=True)
@@ -100,10 +123,13 @@ class Mode:
     prompts: int
 
 
+# Many short requests per round: a request's TTFT varies by +-35% with where in the engine's step it lands,
+# so TTFT within 3% takes thousands of requests per tool (32 requests of 256 tokens per round measured
+# throughput, TPOT and ITL within 0.5%, TTFT only within 10%).
 MODES = {
-    "c4": Mode("concurrency 4", 4, None, 32),
-    "c1": Mode("concurrency 1", 1, None, 8),
-    "rate": Mode("rate 2 req/s", 32, 2.0, 32),
+    "c4": Mode("concurrency 4", 4, None, 256),
+    "c1": Mode("concurrency 1", 1, None, 192),
+    "rate": Mode("rate 8 req/s", 128, 8.0, 128),
 }
 # Student's t, two-sided 95%, by degrees of freedom (rounds - 1).
 T95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
@@ -126,28 +152,34 @@ class _Evidence(StreamReader):
         super().feed(data, at)
 
 
-def k25(url: str, spec: BenchmarkSpec, mode: Mode) -> dict[str, Any]:
+def k25(url: str, spec: BenchmarkSpec, mode: Mode, outputs: list[int] | None = None) -> dict[str, Any]:
     texts = spec.prompts or [p.text for p in base_prompts(spec)]
     bodies = [
-        {"model": "tiny", "prompt": t, "max_tokens": spec.max_tokens, "temperature": 0, "ignore_eos": True,
+        {"model": "tiny", "prompt": t, "max_tokens": m, "temperature": 0, "ignore_eos": True,
          "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": CONTINUOUS[0]}}
-        for t in texts
+        for t, m in zip(texts, outputs or [spec.max_tokens] * len(texts), strict=True)
     ]  # fmt: skip
 
     async def go() -> dict[str, Any]:
         client = new_client(300, mode.concurrency)
+        start = time.perf_counter()
         res = await run_level(client, [Request(url + "/v1/completions", b) for b in bodies],
                               concurrency=mode.concurrency, rate=mode.rate, timeout_s=300,
                               seed=int(time.time()))  # fmt: skip
         await client.aclose()
         summary = summarize(res.records, res.duration)
         summary["ttfts"] = [r.ttft for r in res.records]
+        summary["first_send"] = start + min(r.sent for r in res.records)
         return summary
 
     return asyncio.run(go())
 
 
-def reference(url: str, spec: BenchmarkSpec, mode: Mode, out: Path) -> dict[str, Any]:
+def paired(
+    url: str, spec: BenchmarkSpec, work: list[tuple[str, int]], seed: int, mode: Mode, out: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`vllm bench serve` and k25-ctl at the same time, each with the mode's settings: k25-ctl starts when
+    vLLM prints its main run's settings (its last line before the first request)."""
     cmd = vllm("bench", "serve", "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions",
                "--model", "tiny", "--tokenizer", str(CACHE / "model"), "--dataset-name", "random",
                "--random-input-len", str(spec.input_len), "--random-output-len", str(spec.max_tokens),
@@ -155,15 +187,41 @@ def reference(url: str, spec: BenchmarkSpec, mode: Mode, out: Path) -> dict[str,
                str(mode.concurrency), "--temperature", "0", "--num-warmups", "0", "--save-result",
                "--save-detailed", "--result-dir", str(out.parent), "--result-filename", out.name,
                "--percentile-metrics", "ttft,tpot,itl,e2el", "--metric-percentiles", "50,99",
-               "--seed", str(int(time.time())))  # fmt: skip
+               "--disable-tqdm", "--seed", str(seed), "--random-range-ratio", str(RANGE[0]))  # fmt: skip
     if mode.rate is not None:
         cmd += ["--request-rate", str(mode.rate)]
-    r = subprocess.run([*CLIENT_CORE, *cmd], env=os.environ | ENV, capture_output=True, text=True,
-                       timeout=900)  # fmt: skip
-    if r.returncode != 0:
-        raise SystemExit(f"vllm bench serve failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}")
-    data: dict[str, Any] = json.loads(out.read_text())
-    return data
+    env = os.environ | ENV | {"PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([*CLIENT_CORE, *cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True)  # fmt: skip
+    assert proc.stdout is not None
+    said = []
+    try:
+        for line in proc.stdout:
+            said.append(line)
+            if line.startswith("Maximum request concurrency"):
+                break
+        else:
+            raise SystemExit("vllm bench serve ended before its main run:\n" + "".join(said[-40:]))
+        # The same requests in another order: in the same order the two loops run in step, and the tool
+        # that started first has each request's prefill scheduled first (vLLM's TTFT was 0.3 ms longer).
+        order = list(range(len(work)))
+        random.Random(seed).shuffle(order)  # noqa: S311 - a reproducible order
+        ours = spec.model_copy(update={"dataset": "custom", "prompts": [work[j][0] for j in order]})
+        mine = k25(url, ours, mode, [work[j][1] for j in order])
+        unshuffled: list[float | None] = [None] * len(work)
+        for k, j in enumerate(order):
+            unshuffled[j] = mine["ttfts"][k]
+        mine["ttfts"] = unshuffled  # request i is vLLM's request i
+        said.append(proc.stdout.read())
+        if proc.wait(timeout=900) != 0:
+            raise SystemExit("vllm bench serve failed:\n" + "".join(said)[-4000:])
+    finally:
+        if proc.poll() is None:
+            proc.kill()  # our own child, by its PID
+            proc.wait()
+    theirs: dict[str, Any] = json.loads(out.read_text())
+    mine["start_gap_ms"] = 1000 * (mine["first_send"] - min(theirs["start_times"]))
+    return mine, theirs
 
 
 def interval(ratios: list[float]) -> tuple[float, float, float]:
@@ -208,52 +266,60 @@ def evidence(ours: dict[str, Any], theirs: dict[str, Any]) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
-    ap.add_argument("--rounds", type=int, default=6)
+    ap.add_argument("--rounds", type=int, default=16)
     ap.add_argument("--modes", default="c4,c1,rate", help="of: " + ", ".join(MODES))
     ap.add_argument("--input-len", type=int, default=64)
-    ap.add_argument("--output-len", type=int, default=256)
+    ap.add_argument("--output-len", type=int, default=32)
+    ap.add_argument("--scale", type=float, default=1.0, help="requests per round, times this")
+    ap.add_argument("--range-ratio", type=float, default=0.5,
+                    help="input and output lengths uniform in mean*(1 +- r), as vllm's --random-range-ratio")  # fmt: skip
     ap.add_argument("--evidence", action="store_true", help="round 1's per-request TTFTs, sorted")
     ap.add_argument("--no-continuous-usage", action="store_true",
                     help="k25-ctl's requests without continuous_usage_stats (what it costs the engine)")  # fmt: skip
     args = ap.parse_args()
     CONTINUOUS[0] = not args.no_continuous_usage
-    modes = [MODES[m] for m in args.modes.split(",")]
+    RANGE[0] = args.range_ratio
+    modes = [
+        replace(MODES[m], prompts=max(2, round(MODES[m].prompts * args.scale))) for m in args.modes.split(",")
+    ]
     if args.evidence:
         client_mod.StreamReader = _Evidence  # type: ignore[attr-defined]  # the client reads through it
-    pinned = "engine on core 0, clients on core 1" if CLIENT_CORE else "not pinned (one core)"
+    pinned = "engine on core 0, both clients on core 1" if CLIENT_CORE else "not pinned (one core)"
     print(f"real vLLM (CPU, tiny model); input ~{args.input_len}, output {args.output_len} (ignore_eos); "
-          f"{args.rounds} rounds per mode, the tools alternating; {pinned}")  # fmt: skip
+          f"{args.rounds} rounds per mode, the tools side by side; {pinned}")  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp, server(free_port()) as url:
         if CLIENT_CORE:
             os.sched_setaffinity(0, {1})
         warm = BenchmarkSpec.model_validate({"dataset": "random", "input_len": args.input_len, "max_tokens": 16,
-                                             "num_prompts": 4, "concurrency": [4]})  # fmt: skip
+                                             "num_prompts": 8, "concurrency": [4]})  # fmt: skip
         k25(url, warm, MODES["c4"])  # the engine's first requests are slower, for both: not measured
         for mode in modes:
             spec = BenchmarkSpec.model_validate({"dataset": "random", "input_len": args.input_len,
                                                  "max_tokens": args.output_len, "num_prompts": mode.prompts,
                                                  "concurrency": [mode.concurrency]})  # fmt: skip
             rows: dict[str, list[dict[str, Any]]] = {"k25": [], "vllm": []}
-            # The engine still speeds up over its first full-size batches (new shapes): one such run first,
-            # not measured; then the order alternates (ABBA), so a drift weighs on both tools alike.
-            k25(url, spec, mode)
-            for i in range(args.rounds):
-                texts = prompts(url, mode.prompts, args.input_len, seed=1000 + i)
+            # Round 0 is not measured: the engine still speeds up over its first full-size batches (shapes
+            # it has not seen).
+            seeds = [1000 + i for i in range(args.rounds + 1)]
+            works = datasets(seeds, mode.prompts, args.input_len, args.output_len, args.range_ratio)
+            for i, seed in enumerate(seeds):
+                work = works[seed]
                 _Evidence.seen.clear()
                 _Evidence.first_text.clear()
-                ours = spec.model_copy(update={"dataset": "custom", "prompts": texts})
-                for tool in ("k25", "vllm") if i % 2 == 0 else ("vllm", "k25"):
-                    if tool == "k25":
-                        rows["k25"].append(k25(url, ours, mode))
-                    else:
-                        rows["vllm"].append(reference(url, spec, mode, Path(tmp) / f"ref-{i}.json"))
-                if args.evidence and i == 0:
-                    evidence(rows["k25"][0], rows["vllm"][0])
+                mine, theirs = paired(url, spec, work, seed, mode, Path(tmp) / f"ref-{i}.json")
+                if i == 0:
+                    continue
+                rows["k25"].append(mine)
+                rows["vllm"].append(theirs)
+                if args.evidence and i == 1:
+                    evidence(mine, theirs)
             report(mode, rows)
 
 
 def report(mode: Mode, rows: dict[str, list[dict[str, Any]]]) -> None:
-    print(f"\n{mode.name}: {len(rows['k25'])} rounds of {mode.prompts} requests per tool")
+    gaps = [r["start_gap_ms"] for r in rows["k25"]]
+    print(f"\n{mode.name}: {len(rows['k25'])} rounds of {mode.prompts} requests per tool, side by side; "
+          f"k25-ctl's first send {min(gaps):+.1f} to {max(gaps):+.1f} ms after vLLM's")  # fmt: skip
     print(
         f"{'metric':20} {'k25-ctl':>9} {'vllm':>9} {'ratio':>7} {'95% interval':>17}  verdict   per round (k25 / vllm)"
     )
@@ -264,6 +330,15 @@ def report(mode: Mode, rows: dict[str, list[dict[str, Any]]]) -> None:
         rounds = ", ".join(f"{x:.1f}/{y:.1f}" for x, y in zip(a, b, strict=True))
         print(f"{key:20} {statistics.mean(a):9.2f} {statistics.mean(b):9.2f} {mean:7.3f} "
               f"[{lo:6.3f}, {hi:6.3f}]  {verdict(lo, hi):8}  {rounds}")  # fmt: skip
+    # The same prompt with the same output length, sent by both tools: request i against request i.
+    diffs = [1000 * (x - y) for m, v in zip(rows["k25"], rows["vllm"], strict=True)
+             for x, y in zip(m["ttfts"], v["ttfts"], strict=True) if x is not None and y]  # fmt: skip
+    if diffs:
+        q = statistics.quantiles(diffs, n=10)
+        lower = sum(d < 0 for d in diffs) / len(diffs)
+        print(f"TTFT per request, k25-ctl minus vLLM for the same request ({len(diffs)} pairs): median "
+              f"{statistics.median(diffs):+.2f} ms, deciles 1/9 {q[0]:+.2f}/{q[-1]:+.2f} ms, k25-ctl lower in "
+              f"{lower:.0%}")  # fmt: skip
 
 
 if __name__ == "__main__":

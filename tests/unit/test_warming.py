@@ -179,5 +179,10 @@ async def test_a_warm_run_is_cancelled_and_its_readers_stop(tmp_path: Path) -> N
     view = await eventually(ended, what="the warm run ends")
     assert (view.run.kind, view.run.outcome) == ("warm", "cancelled")
     assert cache.stopped.is_set()
+
+    async def let_go() -> bool:  # the job leaves the registry once its task is over (a moment later)
+        return jobs.find(run_id) is None
+
+    await eventually(let_go, what="the job is over")
     with pytest.raises(InvalidInput, match="not in progress"):  # over
         jobs.cancel(run_id)
