@@ -28,7 +28,13 @@ FAULT_PROFILES: dict[str, dict[str, Any]] = {
     "brittle": {"flavor": "vllm", "rate": 120.0, "settings": {"on_failure": '"none"'}},
     # Real weight files read like a lazy mmap loader, warmed into the page cache during the switch.
     "warmable": {"flavor": "vllm", "settings": {"warm": '"on-switch"'}, "weights": "warm-weights"},
-}
+    # Sweeps: drafting costs time (a step of k drafts takes 1 + 0.25 k token times), so the best number of
+    # speculative tokens depends on the acceptance; `drafty`'s drafter has known per-position rates.
+    "sweepy": {"flavor": "vllm", "rate": 80.0, "spec": {"k": 3, "acceptance": 0.6},
+               "engine_args": ("--draft-cost", "0.25")},
+    "drafty": {"flavor": "vllm", "rate": 80.0, "spec": {"k": 3, "acceptance": 0.0},
+               "engine_args": ("--position-acceptance", "0.8,0.5,0.2", "--draft-cost", "0.25")},
+}  # fmt: skip
 WEIGHT_FILE_MIB = 16
 
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
-from daemon.api.schemas import Out, SafeArgv, SafeOptionalText
+from daemon.api.schemas import Out, SafeArgv, SafeOptionalText, SafeText
 from daemon.benchmark.compare import Row
 from daemon.core.jsontypes import RequestRow, StoredJson, VllmSummary
 
@@ -35,6 +35,9 @@ class BenchmarkLevelOut(BaseModel):
     request_rate: float | None
     summary: VllmSummary
     requests: list[RequestRow] | None = None  # with ?requests=true
+    # From the per-position acceptance rates (vLLM): the mean acceptance length had k' tokens been
+    # drafted, for every k' below the number drafted (1 + p_0 + ... + p_(k'-1)).
+    predicted_acceptance_length: dict[int, float] | None = None
 
 
 class BenchmarkOut(BaseModel):
@@ -112,3 +115,67 @@ class CompareOut(BaseModel):
     metric: str
     rows: list[Row]  # the comparison's own rows (benchmark/compare.py)
     notes: list[str]
+
+
+class PlanStepOut(BaseModel):
+    profile: str
+    values: dict[str, bool | int | float | str]
+    argv: SafeArgv
+    switch_s: float | None
+    benchmark_s: float | None
+
+
+class PlanOut(BaseModel):
+    """A sweep's plan: what would run, in that order, and about how long it takes (nothing started)."""
+
+    base: str
+    steps: list[PlanStepOut]
+    switches: int
+    estimate_s: float | None
+    notes: list[SafeText]
+
+
+class SweepRowOut(BaseModel):
+    profile: str
+    values: dict[str, object]
+    run_ids: list[int]
+    value: float | None
+    cv: float | None
+    samples: list[float]
+    acceptance_length: float | None
+    drafted: int | None
+    predicted_length: float | None
+    ratio: float | None
+    noise: float | None
+    noise_assumed: bool
+    verdict: str | None
+    best: bool
+
+
+class SweepOut(BaseModel):
+    """An experiment's steps ranked by its metric: a sweep's variants with their axis values."""
+
+    experiment_run_id: int
+    base: str
+    metric: str
+    axes: list[str]
+    rows: list[SweepRowOut]
+    best: str | None
+    recommendation: str | None
+    promote: str | None
+    predicted: dict[int, float]
+    notes: list[SafeText]
+
+
+class PromoteIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    variant: str = Field(min_length=1, max_length=500)
+    name: str | None = Field(
+        None, max_length=63, description="the new profile's name (default: from the values)"
+    )
+
+
+class PromoteOut(BaseModel):
+    name: str
+    file: str

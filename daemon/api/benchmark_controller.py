@@ -13,16 +13,21 @@ from daemon.api.bench_schemas import (
     BenchmarkOut,
     CompareOut,
     ExperimentOut,
+    PlanOut,
+    PromoteIn,
+    PromoteOut,
     ProvenanceOut,
     RestoreOut,
     ScheduleOut,
     StepOut,
+    SweepOut,
 )
 from daemon.api.schemas import AcceptedOut
-from daemon.benchmark.compare import Measured, compare
+from daemon.benchmark.compare import Measured, compare, predicted_below
 from daemon.benchmark.experiments import Benchmarks, ExperimentRequest
 from daemon.benchmark.schedules import Schedule, Schedules
 from daemon.benchmark.spec import BenchmarkSpec
+from daemon.benchmark.sweep_result import parse_metric
 from daemon.core.errors import NotFound
 from daemon.core.jsontypes import VllmSummary
 from daemon.core.run_types import Outcome, RunKind
@@ -98,6 +103,23 @@ class BenchController:
     async def experiments(self, *, limit: int) -> list[ExperimentOut]:
         return [experiment_out(e) for e in await asyncio.to_thread(self.bench_store.experiments, limit=limit)]
 
+    async def plan(self, req: ExperimentRequest) -> PlanOut:
+        return PlanOut.model_validate(asdict(await self.svc.plan(req)))
+
+    async def sweep(self, run_id: int, metric: str | None) -> SweepOut:
+        found = await asyncio.to_thread(self.bench_store.experiment, run_id=run_id)
+        if found is None:
+            raise NotFound(f"no experiment run {run_id}")
+        result = await self.svc.sweeps.result(run_id, found.request, parse_metric(metric))
+        return SweepOut.model_validate(asdict(result))
+
+    async def promote(self, run_id: int, req: PromoteIn) -> PromoteOut:
+        found = await asyncio.to_thread(self.bench_store.experiment, run_id=run_id)
+        if found is None:
+            raise NotFound(f"no experiment run {run_id}")
+        path = await self.svc.sweeps.promote(run_id, found.request, req.variant, req.name)
+        return PromoteOut(name=path.stem, file=str(path))
+
     async def compare(self, *, baseline: str, spec_hash: str | None) -> CompareOut:
         views = await asyncio.to_thread(self.bench_store.recent, limit=COMPARE_WINDOW)
         rows = [
@@ -155,6 +177,7 @@ def bench_out(v: BenchmarkView, *, requests: bool) -> BenchmarkOut:
                 request_rate=lv.request_rate,
                 summary=summary,
                 requests=unpack(lv.requests) if requests else None,
+                predicted_acceptance_length=predicted_below(summary) or None,
             )
             for lv, summary in zip(v.levels, v.summaries, strict=True)
         ],

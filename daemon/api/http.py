@@ -121,7 +121,7 @@ def _allowed(app: FastAPI, request: Request) -> list[str]:
     return [m for n, m in found if n == fewest]
 
 
-PROMPT_PATHS = ("/benchmarks", "/experiments")  # requests that may carry the operator's prompts
+PROMPT_PATHS = ("/benchmarks", "/experiments", "/plans")  # requests that may carry the operator's prompts
 
 
 def _body_limit(method: str, path: str, settings: Settings) -> int:

@@ -17,6 +17,7 @@ from daemon.benchmark.client import new_client
 from daemon.benchmark.experiments import Benchmarks
 from daemon.benchmark.runner import BenchmarkRunner, HttpFactory
 from daemon.benchmark.schedules import Schedules
+from daemon.benchmark.sweeps import Sweeps
 from daemon.core.command import k25_command
 from daemon.core.errors import K25Error
 from daemon.core.hoststate import StateHub
@@ -238,6 +239,9 @@ def _benchmarks(
     bench_store = BenchStore(recorder.store)
     runner = BenchmarkRunner(recorder=recorder, bench_store=bench_store, http=host.bench_http,
                              hardware=_hardware(host.gpus))  # fmt: skip
+    sweeps = Sweeps(bench_store=bench_store, profiles=inventory.reload_profiles, variants=inventory,
+                    profiles_path=s.profiles_path, max_variants=s.max_variants,
+                    check_paths=s.check_model_paths, service_port=s.service_port)  # fmt: skip
     return Benchmarks(runner=runner, jobs=jobs, recorder=recorder, switcher=switcher,
                       profiles=inventory.reload_profiles, bench_store=bench_store,
-                      default_profile=s.default_profile, warm=warms.start)  # fmt: skip
+                      default_profile=s.default_profile, sweeps=sweeps, warm=warms.start)  # fmt: skip

@@ -4,6 +4,7 @@ spread as the noise, and the speedup over the baseline with a verdict. Pure: the
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from daemon.core.jsontypes import StoredJson, VllmSummary
@@ -50,6 +51,8 @@ class Row:
     levels: list[VllmSummary]  # each level's shape and throughput
     provenance: StoredJson
     latency_ms: dict[str, dict[str, float | None]]
+    # Had fewer tokens been drafted: k' -> the mean acceptance length (the newest run's per-position rates).
+    predicted_length: dict[int, float] = field(default_factory=dict)
     speedup: float | None = None
     noise: float | None = None
     noise_assumed: bool = False
@@ -119,7 +122,27 @@ def _row(profile: str, group: list[Measured]) -> Row:
             name: {stat: s0.get(f"{stat}_{name}_ms") for stat in ("mean", "median", "p99")}
             for name in LATENCIES
         },
+        predicted_length=predicted_below(s0),
     )
+
+
+PER_POSITION = "spec_decode_per_position_acceptance_rates"
+
+
+def predicted_lengths(per_position: Sequence[float]) -> dict[int, float]:
+    """The mean acceptance length when drafting k' tokens, k' = 1..k, from one run at k drafted tokens:
+    1 + p_0 + ... + p_(k'-1), p_i the share of drafts whose position i was accepted. It assumes a
+    drafter proposes the same first k' tokens whether it drafts k' or k (a chain drafter, top-1), and that
+    position i's acceptance does not depend on how many follow it."""
+    return {k: 1.0 + sum(per_position[:k]) for k in range(1, len(per_position) + 1)}
+
+
+def predicted_below(summary: VllmSummary) -> dict[int, float]:
+    """The predictions for every k' below the k a level drafted (none without per-position rates)."""
+    rates = summary.get(PER_POSITION)
+    if not isinstance(rates, list) or len(rates) < 2:
+        return {}
+    return {k: v for k, v in predicted_lengths([float(r) for r in rates]).items() if k < len(rates)}
 
 
 def compare(rows: list[Measured], *, baseline: str, spec_hash: str | None = None) -> Comparison:
@@ -173,21 +196,32 @@ def compare(rows: list[Measured], *, baseline: str, spec_hash: str | None = None
     return out
 
 
+def judge(
+    ratio: float, cv: float | None, base_cv: float | None, *, is_base: bool
+) -> tuple[float, float, bool, str]:
+    """(ratio, noise, noise assumed, verdict) of a ratio over the baseline (above 1: better): the noise is
+    two standard errors of the ratio from both sides' repeats, assumed when a side has a single run."""
+    cvs = [c for c in (cv, base_cv) if c is not None]
+    assumed = len(cvs) < 2 and not is_base
+    noise = ASSUMED_NOISE if assumed else max(NOISE_FLOOR, 2 * math.sqrt(sum(c * c for c in cvs)))
+    if is_base:
+        verdict = "baseline"
+    elif ratio > 1 + noise:
+        verdict = "faster"
+    elif ratio < 1 - noise:
+        verdict = "slower"
+    else:
+        verdict = "within noise"
+    return ratio, noise, assumed, verdict
+
+
 def _verdict(row: Row, base: Row | None) -> None:
     """The row's speedup over the baseline, the noise it is judged against, and the verdict."""
     if base is None or not base.output_throughput or row.output_throughput is None:
         return
-    speedup = row.output_throughput / base.output_throughput
-    cvs = [c for c in (row.throughput_cv, base.throughput_cv) if c is not None]
-    assumed = len(cvs) < 2 and row.profile != base.profile
-    # Two standard errors of the ratio, from both sides' repeats; assumed when a side has one run.
-    noise = ASSUMED_NOISE if assumed else max(NOISE_FLOOR, 2 * math.sqrt(sum(c * c for c in cvs)))
-    if row.profile == base.profile:
-        verdict = "baseline"
-    elif speedup > 1 + noise:
-        verdict = "faster"
-    elif speedup < 1 - noise:
-        verdict = "slower"
-    else:
-        verdict = "within noise"
-    row.speedup, row.noise, row.noise_assumed, row.verdict = speedup, noise, assumed, verdict
+    row.speedup, row.noise, row.noise_assumed, row.verdict = judge(
+        row.output_throughput / base.output_throughput,
+        row.throughput_cv,
+        base.throughput_cv,
+        is_base=row.profile == base.profile,
+    )

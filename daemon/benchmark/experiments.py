@@ -14,8 +14,12 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from daemon.benchmark.runner import BenchmarkRunner, Target
 from daemon.benchmark.spec import BenchmarkSpec
+from daemon.benchmark.sweep import Scalar, Sweep
+from daemon.benchmark.sweep_result import parse_metric
+from daemon.benchmark.sweeps import Plan, Sweeps
 from daemon.core.errors import InvalidInput, K25Error, NotFound, Refused
 from daemon.core.hoststate import HostState
+from daemon.core.jsontypes import StoredJson
 from daemon.core.profiles import ProfileSet
 from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
 from daemon.runs.jobs import JobKind, Jobs, Slot
@@ -33,6 +37,14 @@ class ExperimentRequest(BaseModel):
     benchmark: BenchmarkSpec = Field(default_factory=lambda: BenchmarkSpec.model_validate({}))
     repeats: int = Field(1, ge=1, le=50, description="benchmarks per profile (their spread is the noise)")
     restore: bool = Field(True, description="bring the previous (or default) profile back at the end")
+    vary: dict[str, list[Scalar]] = Field(
+        default_factory=dict,
+        description="a sweep: profile key or engine flag -> values; the one profile named is the base, and "
+        "each combination of values is a variant of it",
+    )
+    metric: str | None = Field(
+        None, description="what ranks a sweep: throughput (default), tpot_p50, ttft_p99, NAME@CONCURRENCY"
+    )
 
 
 @dataclass
@@ -78,6 +90,18 @@ class Record:
         return detail, "; ".join([*failed, *restore_error]) or self.error
 
 
+@dataclass(frozen=True)
+class Started:
+    """An experiment under way: its run, request, the profile it restores, the profiles it measures in
+    order (a sweep's variants after its base) and a sweep's stored request."""
+
+    run_id: int
+    req: ExperimentRequest
+    back: str | None
+    names: list[str]
+    sweep: StoredJson | None
+
+
 class Benchmarks:
     def __init__(
         self,
@@ -89,6 +113,7 @@ class Benchmarks:
         profiles: Callable[[], Awaitable[ProfileSet]],
         bench_store: BenchStore,
         default_profile: str,
+        sweeps: Sweeps,
         warm: Callable[[str], Awaitable[int]] | None = None,
     ) -> None:
         self.runner, self.jobs, self.recorder, self.switcher = runner, jobs, recorder, switcher
@@ -96,6 +121,7 @@ class Benchmarks:
         self.hub = recorder.hub
         self.store = recorder.store
         self.warm = warm  # a warm run of a profile (page cache)
+        self.sweeps = sweeps
 
     async def _target(self, name: str | None) -> Target:
         st = self.hub.status
@@ -135,12 +161,22 @@ class Benchmarks:
         return lambda line: self.jobs.say(run_id, f"{prefix}: {line}")
 
     async def experiment(self, req: ExperimentRequest) -> int:
-        await self.check(req)
+        sweep = await self.check(req)
         with self.jobs.admit(JobKind.EXPERIMENT, isolated=True) as slot:  # out of rotation while it runs
-            return await self._create_experiment(slot, req)
+            return await self._create_experiment(slot, req, sweep)
 
-    async def check(self, req: ExperimentRequest) -> None:
-        """What an experiment is refused for before anything is switched."""
+    async def plan(self, req: ExperimentRequest) -> Plan:
+        """A sweep's plan (its variants, switches and an estimate of the time), nothing started."""
+        sweep = await self.check(req)
+        if sweep is None:
+            raise InvalidInput("a plan is for a sweep: say what to vary")
+        st = self.hub.status
+        active = st.active_profile if st.state is HostState.ACTIVE else None
+        back = (active or self.default_profile) if req.restore else None
+        return await self.sweeps.plan(sweep, repeats=req.repeats, active=active, back=back)
+
+    async def check(self, req: ExperimentRequest) -> Sweep | None:
+        """What an experiment is refused for before anything is switched; a sweep's variants."""
         if req.benchmark.profile is not None:
             raise InvalidInput(
                 "an experiment's benchmark names no profile: the experiment's profiles are measured"
@@ -151,26 +187,52 @@ class Benchmarks:
                 raise NotFound(f"no valid profile {name!r}")
         if len(set(req.profiles)) != len(req.profiles):
             raise InvalidInput("a profile is listed twice: use repeats")
+        parse_metric(req.metric)
+        if not req.vary:
+            return None
+        if len(req.profiles) != 1:
+            raise InvalidInput("a sweep varies one profile: name only its base (measured first, as is)")
+        if not req.restore:
+            raise InvalidInput("a sweep always restores: its variants are profiles only while it runs "
+                               "(promote one to keep it)")  # fmt: skip
+        lp = profiles.get(req.profiles[0])
+        assert lp is not None  # noqa: S101 - checked above
+        return await self.sweeps.derive(lp, req.vary)
 
-    async def _create_experiment(self, slot: Slot, req: ExperimentRequest) -> int:
+    async def _create_experiment(self, slot: Slot, req: ExperimentRequest, sweep: Sweep | None) -> int:
         st = self.hub.status
         active = st.active_profile if st.state is HostState.ACTIVE else None
         back = (active or self.default_profile) if req.restore else None
         run_id = await self.recorder.create(NewRun(RunKind.EXPERIMENT, None, st.active_profile))
         request = req.model_dump() | {"restore_to": back}
+        names = list(req.profiles)
+        if sweep is not None:
+            request |= self.sweeps.request_fields(sweep)
+            names += [v.name for v in sweep.variants]
+            self.sweeps.variants.hold_variants([v.loaded for v in sweep.variants])
+            log.info("run %d: sweep of %s over %s: %d variants", run_id, req.profiles[0],
+                     ", ".join(a.key for a in sweep.axes), len(sweep.variants))  # fmt: skip
         await asyncio.to_thread(self.bench_store.create_experiment, run_id=run_id, request=request)
-        slot.start(run_id, self._experiment(run_id, req, back))
+        slot.start(run_id, self._experiment(Started(run_id, req, back, names, request if sweep else None)))
         return run_id
 
-    async def _experiment(self, run_id: int, req: ExperimentRequest, back: str | None) -> None:
+    async def _experiment(self, ex: Started) -> None:
+        try:
+            await self._run_steps(ex)
+        finally:
+            if ex.sweep is not None:
+                self.sweeps.variants.release_variants()
+
+    async def _run_steps(self, ex: Started) -> None:
+        run_id, req, back, names, sweep = ex.run_id, ex.req, ex.back, ex.names, ex.sweep
         record = Record()
         outcome: Outcome = Outcome.OK
         try:
-            for i, name in enumerate(req.profiles):
+            for i, name in enumerate(names):
                 step = Step(name)
                 record.steps.append(step)
-                nxt = req.profiles[i + 1] if i + 1 < len(req.profiles) else None
-                await self._step(run_id, f"{name} ({i + 1}/{len(req.profiles)})", req, step, record, nxt)
+                nxt = names[i + 1] if i + 1 < len(names) else None
+                await self._step(run_id, f"{name} ({i + 1}/{len(names)})", req, step, record, nxt)
         except asyncio.CancelledError:
             if (task := asyncio.current_task()) is not None:
                 task.uncancel()
@@ -186,6 +248,11 @@ class Benchmarks:
         if outcome is Outcome.OK and not any(s.measured for s in record.steps):
             outcome = Outcome.FAILED
         detail, error = record.summary()
+        if sweep is not None:
+            result = await self.sweeps.result(run_id, sweep, parse_metric(req.metric))
+            if result.recommendation:
+                detail += f"; best: {result.recommendation}"
+                await self.recorder.event(run_id, Phase.MEASURING, f"best: {result.recommendation}")
         await self.recorder.finish(run_id, outcome, error=error, detail=detail)
 
     async def _save(self, run_id: int, record: Record) -> None:

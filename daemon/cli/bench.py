@@ -9,6 +9,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from daemon.benchmark.sweep import parse_vary
+from daemon.cli import sweep
 from daemon.cli.client import ApiJson, Client
 from daemon.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from daemon.cli.remote import Add, bar, client, emit
@@ -127,6 +129,12 @@ def experiment(args: argparse.Namespace) -> int:
         "repeats": args.repeats,
         "restore": not args.no_restore,
     }
+    if args.vary:
+        body["vary"] = parse_vary(args.vary)
+    if args.metric:
+        body["metric"] = args.metric
+    if args.dry_run:
+        return sweep.plan(c, args, body)
     if args.at is not None:
         _, out = c.post("/experiments", body, at=args.at, max_running=args.max_running)
         emit(args, out, f"schedule {out['id']}: {out['unit']}, next run {out['next_run'] or '-'}")
@@ -153,6 +161,8 @@ def _f(value: Any, fmt: str = ".1f") -> str:
 
 
 def compare(args: argparse.Namespace) -> int:
+    if args.experiment is not None:
+        return sweep.sweep_table(args)
     cmp = client(args).get("/compare", baseline=args.baseline, benchmark_spec=args.spec)
     head = (
         f"{'profile':18} {'tok/s':>8} {'±%':>5} {'speedup':>8} {'verdict':13} {'TTFT p50':>9} "
@@ -214,6 +224,12 @@ def benchmark(args: argparse.Namespace) -> int:
                 else ""
             )
         )
+        if predicted := lv.get("predicted_acceptance_length"):
+            drafted = len(s.get("spec_decode_per_position_acceptance_rates") or [])
+            guesses = ", ".join(f"at k={k} ~{v:.2f}" for k, v in predicted.items())
+            measured = _f(s.get("acceptance_length"), ".2f")
+            lines.append(f"    predicted acceptance length: {guesses} (measured at k={drafted}: {measured}; "
+                         "from the per-position rates)")  # fmt: skip
     emit(args, b, "\n".join(lines))
     return EXIT_OK if b["outcome"] in ("ok", "running") else EXIT_FAILED
 
@@ -245,10 +261,17 @@ def add_commands(add: Add) -> None:
     p.add_argument("--no-restore", action="store_true", help="stay on the last profile")
     p.add_argument("--at", help='later, by a systemd timer: "Sat 03:00" (OnCalendar=) or "+10min"')
     p.add_argument("--max-running", type=int, help="with --at: skip it if the engine serves more requests")
+    p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
+                   help="a sweep of the one PROFILE: a profile key (speculative.num_speculative_tokens) or "
+                   "an engine flag (max_num_seqs); repeat it for more axes (every combination)")  # fmt: skip
+    p.add_argument("--metric", help="what ranks a sweep: throughput (default), tpot_p50, ttft_p99, NAME@C")
+    p.add_argument("--dry-run", action="store_true", help="print the sweep's plan and time; start nothing")
     _load_options(p)
     p = add("compare", compare, "the latest benchmark of each profile against the baseline")
     p.add_argument("--baseline", default="baseline")
     p.add_argument("--spec", help="a benchmark spec hash (default: the baseline's latest)")
+    p.add_argument("--experiment", type=int, help="an experiment's profiles (a sweep's variants) as rows")
+    p.add_argument("--metric", help="with --experiment: throughput (default), tpot_p50, ttft_p99, NAME@C")
     p = add("benchmarks", benchmarks, "recent benchmarks")
     p.add_argument("--profile")
     p.add_argument("--limit", type=int, default=20)

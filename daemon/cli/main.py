@@ -207,9 +207,11 @@ def _remote_commands(sub: Any) -> None:
     p.add_argument("run_id", type=int)
     from daemon.cli.bench import add_commands
     from daemon.cli.schedule import add_schedule_commands
+    from daemon.cli.sweep import add_commands as add_sweep_commands
 
     add_commands(add)
     add_schedule_commands(add)
+    add_sweep_commands(add)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -242,6 +242,13 @@ def under_private_tmp(path: str) -> bool:
     return any(Path(path).is_relative_to(t) for t in PRIVATE_TMP)
 
 
+def _exists(path: str) -> bool:
+    try:
+        return Path(path).exists()
+    except (ValueError, OSError):  # a NUL in the path (a sweep's value), a name too long
+        return False
+
+
 def _hidden(path: str) -> str:
     """Why a path the operator sees may not exist for the daemon (its unit's PrivateTmp)."""
     return f" ({PRIVATE_TMP_HINT})" if under_private_tmp(path) else ""
@@ -257,6 +264,20 @@ def parse_profile(
         data = tomllib.loads(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         return InvalidProfile(path, stem, [ProfileProblem("(file)", f"cannot be read as TOML: {e}")])
+    return profile_from_data(path, stem, data, hashlib.sha256(raw).hexdigest(), check_paths=check_paths,
+                             engine_check=engine_check)  # fmt: skip
+
+
+def profile_from_data(
+    path: Path,
+    stem: str,
+    data: dict[str, object],
+    sha256: str,
+    *,
+    check_paths: bool = False,
+    engine_check: EngineCheck | None = None,
+) -> LoadedProfile | InvalidProfile:
+    """Validate a profile's TOML data as its file `path` (named `stem`) would be."""
     data.setdefault("name", stem)
     try:
         profile = Profile.model_validate(data)
@@ -267,13 +288,13 @@ def parse_profile(
         problems.append(ProfileProblem("name", f"{profile.name!r} differs from the file name {stem!r}"))
     if check_paths:
         for key, what, where in model_paths(profile):
-            if not Path(where).exists():
+            if not _exists(where):
                 problems.append(ProfileProblem(key, f"{what} path {where} does not exist{_hidden(where)}"))
     if engine_check is not None:
         problems += [ProfileProblem(k, m) for k, m in engine_check(profile)]
     if problems:
         return InvalidProfile(path, stem, problems)
-    return LoadedProfile(profile, path, hashlib.sha256(raw).hexdigest())
+    return LoadedProfile(profile, path, sha256)
 
 
 def load_profiles(

@@ -8,15 +8,16 @@ import re
 from collections.abc import Mapping
 
 MASK = "***"
-SECRET_NAME = re.compile(r"(TOKEN|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
+# "token", not "tokens": --max-num-batched-tokens and --num-speculative-tokens are tuning, not secrets.
+SECRET_NAME = re.compile(r"(TOKEN(?!S)|KEY|SECRET|PASSWORD|PASSWD|CREDENTIAL)", re.IGNORECASE)
 SECRET_FLAG = re.compile(
-    r"^--?[\w.-]*(api[-_]?key|token|secret|password|passwd|credential)[\w.-]*$", re.IGNORECASE
+    r"^--?[\w.-]*(api[-_]?key|token(?!s)|secret|password|passwd|credential)[\w.-]*$", re.IGNORECASE
 )
 # In free text: a secret flag with its value (`--api-key X`, `--api-key=X`), NAME=value, bearer tokens and
 # well-known key shapes.
 TEXT_RES = (
-    re.compile(r"(?i)(--?[\w.-]*(?:api[-_]?key|token|secret|password|passwd)[\w.-]*)(=|\s+)(\S+)"),
-    re.compile(r"(?i)\b([A-Z0-9_]*(?:TOKEN|_KEY|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*)=(\S+)"),
+    re.compile(r"(?i)(--?[\w.-]*(?:api[-_]?key|token(?!s)|secret|password|passwd)[\w.-]*)(=|\s+)(\S+)"),
+    re.compile(r"(?i)\b([A-Z0-9_]*(?:TOKEN(?!S)|_KEY|SECRET|PASSWORD|PASSWD)[A-Z0-9_]*)=(\S+)"),
     re.compile(r"(?i)\b(bearer)\s+([A-Za-z0-9._~+/=-]{8,})"),
     re.compile(r"\b(sk|hf|ghp|xox[bp])[-_][A-Za-z0-9_-]{8,}"),
 )

@@ -115,6 +115,8 @@ class Settings(BaseSettings):
     # minus this reserve. At most `max_parked` engines sleep at once.
     park_ram_reserve_bytes: int = Field(default=64 * 1024**3, ge=0)
     max_parked: int = Field(default=1, ge=0)
+    # A sweep's variants (the product of its axes' values) at most.
+    max_variants: int = Field(default=12, ge=1, le=100)
 
     # Derived paths follow config_dir/state_dir unless set on their own.
     @property

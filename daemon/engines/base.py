@@ -6,9 +6,10 @@ import enum
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from daemon.core.jsontypes import RequestBody
@@ -175,6 +176,11 @@ class Engine(ABC):
     stage_rules: tuple[StageRule, ...] = ()  # where a load's time goes, as the engine prints it
     cache_env: tuple[tuple[str, str], ...] = ()  # (variable, folder under the cache root) of its caches
     park_mode: ParkMode | None = None  # how it parks, if it can
+    # A sweep's axes beyond the profile keys: the engine flags it may add to extra_args (flag -> value type;
+    # a bool flag is present for true, left out for false), and the flags a profile key renders (the axis is
+    # that key).
+    tunable_flags: Mapping[str, type] = MappingProxyType({})
+    flag_keys: Mapping[str, str] = MappingProxyType({})
     # The share of each GPU it takes where the profile says none (vLLM's --gpu-memory-utilization default);
     # None: it sizes itself from what is free when it starts.
     default_memory_fraction: float | None = None

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import replace
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from daemon.core.jsontypes import ForeignJson
@@ -72,6 +73,17 @@ PATH_RESUME = "/resume_memory_occupation"
 class SglangEngine(Engine):
     name = "sglang"
     park_mode = ParkMode.RELEASE
+    tunable_flags = MappingProxyType({
+        "--max-running-requests": int, "--chunked-prefill-size": int, "--cuda-graph-max-bs": int,
+        "--max-prefill-tokens": int, "--disable-cuda-graph": bool, "--enable-torch-compile": bool,
+        "--schedule-policy": str, "--schedule-conservativeness": float, "--attention-backend": str,
+    })  # fmt: skip
+    flag_keys = MappingProxyType({
+        "--mem-fraction-static": "memory_fraction", "--tp-size": "tensor_parallel_size",
+        "--speculative-num-steps": "speculative.num_speculative_tokens",
+        "--speculative-eagle-topk": "speculative.eagle_topk",
+        "--speculative-num-draft-tokens": "speculative.num_draft_tokens",
+    })  # fmt: skip
     process_titles = ("sglang::*",)
     front_end_titles = ("*sglang.launch_server*",)
     shm_patterns = (*COMMON_SHM_PATTERNS, "sem.loky-*", "sgl_shm_*", "multi_tokenizer_args_*")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
+from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from daemon.core.profiles import ParkMode
@@ -66,6 +67,16 @@ PATH_IS_SLEEPING = "/is_sleeping"
 class VllmEngine(Engine):
     name = "vllm"
     park_mode = ParkMode.SLEEP
+    tunable_flags = MappingProxyType({
+        "--max-num-seqs": int, "--max-num-batched-tokens": int, "--max-model-len": int, "--block-size": int,
+        "--enforce-eager": bool, "--enable-prefix-caching": bool, "--enable-chunked-prefill": bool,
+        "--async-scheduling": bool, "--kv-cache-dtype": str, "--swap-space": float,
+    })  # fmt: skip
+    flag_keys = MappingProxyType({
+        "--gpu-memory-utilization": "memory_fraction", "--tensor-parallel-size": "tensor_parallel_size",
+        "--num-speculative-tokens": "speculative.num_speculative_tokens",
+        "--served-model-name": "served_model_name",
+    })  # fmt: skip
     default_memory_fraction = 0.9  # --gpu-memory-utilization's default
     process_titles = ("VLLM::*",)
     front_end_titles = (

@@ -66,6 +66,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--rate", type=float, default=80.0, help="output tokens per second")
     p.add_argument("--spec-tokens", type=int, default=0, help="speculative tokens per step (0: none)")
     p.add_argument("--acceptance", type=float, default=0.0, help="draft token acceptance rate (vLLM's)")
+    p.add_argument(
+        "--position-acceptance",
+        default="",
+        help="per-position acceptance rates p0,p1,... (non-increasing; replaces --acceptance)",
+    )
+    p.add_argument(
+        "--draft-cost",
+        type=float,
+        default=0.0,
+        help="a step of k drafts takes (1 + cost*k)/rate s and emits 1 + accepted tokens",
+    )
     p.add_argument("--workers", type=int, default=0, help="TP workers (default: one per visible GPU)")
     p.add_argument(
         "--device-dir", type=Path, help="where nvidiaN files live (default: from the daemon's settings)"
@@ -233,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
         rate=args.rate,
         spec_tokens=args.spec_tokens,
         acceptance=args.acceptance,
+        position_acceptance=tuple(float(x) for x in args.position_acceptance.split(",") if x),
+        draft_cost=args.draft_cost,
         warmup_s=args.warmup_seconds if args.flavor == "sglang" else 0.0,
         deadlock="deadlock" in args.fault,
         crash_after=args.fault_after if "crash-after-ready" in args.fault else None,

@@ -44,6 +44,12 @@ class FakeConfig:
     park: bool = False
     wake_s: float = 0.0
     park_faults: frozenset[str] = frozenset()  # sleep-keeps-memory, wake-fails, wake-zero-acceptance
+    # A drafter of known per-position rates (in place of `acceptance`): draft position i is accepted with
+    # chance p_i (non-increasing), whatever the number of tokens drafted, as a real drafter's prefix is.
+    position_acceptance: tuple[float, ...] = ()
+    # What drafting costs: a step of k drafts takes (1 + draft_cost * k) / rate seconds and emits 1 +
+    # accepted tokens (0: the stream runs at `rate` tokens/s whatever is accepted).
+    draft_cost: float = 0.0
 
 
 class ParkControl(Protocol):
@@ -62,6 +68,7 @@ class _NoWorkers:
 
 
 KV_SHARE = 0.04  # of the KV cache, per running request
+GOLDEN = (5**0.5 - 1) / 2
 
 
 def _counter(name: str) -> str:
@@ -121,16 +128,21 @@ class Stats:
         end). vLLM's counters count every accepted draft; SGLang's lifetime mean counts emitted tokens."""
         k = self.cfg.spec_tokens
         accepted = 0
-        if k:
+        if k and self.cfg.position_acceptance:
+            # One uniform draw per step (a golden-ratio sequence: deterministic, evenly spread), accepted
+            # up to the first position whose rate it exceeds: P(position i accepted) = p_i.
+            u = (self.steps * GOLDEN) % 1.0
+            accepted = sum(1 for p in self.cfg.position_acceptance[:k] if u < p)
+        elif k:
             self.carry += k * self.cfg.acceptance
             accepted = min(k, int(self.carry))
             self.carry -= accepted
-            if self.cfg.flavor == "vllm":
-                self.drafts.inc()
-                self.draft_tokens.inc(k)
-                self.accepted.inc(accepted)
-                for pos in range(k):
-                    self.per_pos.labels(**self.labels, position=str(pos)).inc(1 if pos < accepted else 0)
+        if k and self.cfg.flavor == "vllm":
+            self.drafts.inc()
+            self.draft_tokens.inc(k)
+            self.accepted.inc(accepted)
+            for pos in range(k):
+                self.per_pos.labels(**self.labels, position=str(pos)).inc(1 if pos < accepted else 0)
         self.steps += 1
         self.tokens += min(1 + accepted, room)
         if k and self.cfg.flavor == "sglang":
@@ -247,12 +259,15 @@ class _FakeServer:
         stats.started += 1
         if cfg.deadlock or (cfg.hang_after is not None and stats.started > cfg.hang_after):
             await self.hang.wait()
-        produced, began = 0, time.monotonic()
+        produced, steps, began = 0, 0, time.monotonic()
+        step_s = (1 + cfg.draft_cost * cfg.spec_tokens) / cfg.rate
         while produced < max_tokens:
             n = stats.step(max_tokens - produced)
+            steps += 1
             # The simulated decode time of this step, paced against the request's start so that sleep
-            # overshoot does not add up: the stream runs at `rate` tokens/s.
-            await asyncio.sleep(max(0.0, began + (produced + n) / cfg.rate - time.monotonic()))
+            # overshoot does not add up: the stream runs at `rate` tokens/s (or steps of step_s).
+            end = began + (steps * step_s if cfg.draft_cost else (produced + n) / cfg.rate)
+            await asyncio.sleep(max(0.0, end - time.monotonic()))
             produced += n
             stats.gen.inc(n)
             yield n

@@ -127,10 +127,12 @@ def fake_engine_profile(
     weights: Path | None = None,
     park: str | None = None,
     wake_gbps: float | None = None,
+    engine_args: tuple[str, ...] = (),
 ) -> str:
     """A profile served by the fake engine (an ordinary profile: engine vllm or sglang plus `command`).
     `weights`: the model folder, read by the engine as a lazy mmap loader does. `park`: the profile parks
-    ("sleep" | "release") and the engine serves its flavour's sleep/wake endpoints."""
+    ("sleep" | "release") and the engine serves its flavour's sleep/wake endpoints. `engine_args`: more
+    fake engine flags (--draft-cost, --position-acceptance)."""
     model = weights or models / "Kimi-K2.5-INT4"
     command = [sys.executable, "-m", "daemon.sandbox.fake_engine", "--flavor", flavor, "--port", "{port}",
                "--served-model-name", "kimi-k2.5", "--model", str(model), "--load-seconds", str(load_seconds),
@@ -145,6 +147,7 @@ def fake_engine_profile(
         command += ["--fault-after", str(fault_after)]
     if park is not None:
         command += ["--park"] + (["--wake-gbps", str(wake_gbps)] if wake_gbps else [])
+    command += engine_args
     lines = [
         f'description = "{name} (fake {flavor} engine in the sandbox)"',
         f'engine = "{flavor}"',

@@ -48,6 +48,19 @@ class Inventory:
         self._settings = settings
         self._systemd = systemd
         self.profiles = ProfileSet()
+        self._variants: dict[str, LoadedProfile] = {}  # a running sweep's derived profiles
+
+    def hold_variants(self, variants: list[LoadedProfile]) -> None:
+        """A sweep's derived profiles are profiles like the others until it ends (switched to, watched,
+        warmed, listed); they are never files."""
+        self._variants = {lp.profile.name: lp for lp in variants}
+        self.profiles = ProfileSet(self.profiles.valid | self._variants, self.profiles.invalid)
+
+    def release_variants(self) -> None:
+        gone = set(self._variants)
+        self._variants = {}
+        valid = {n: lp for n, lp in self.profiles.valid.items() if n not in gone}
+        self.profiles = ProfileSet(valid, self.profiles.invalid)
 
     def current(self) -> ProfileSet:
         """The profiles as last read (the serving watch and the warms follow these)."""
@@ -60,7 +73,7 @@ class Inventory:
     async def reload_profiles(self) -> ProfileSet:
         """Read the profiles folder afresh (each switch does, and reload); report what changed."""
         s = self._settings
-        before = {n: lp.sha256 for n, lp in self.profiles.valid.items()}
+        before = {n: lp.sha256 for n, lp in self.profiles.valid.items() if n not in self._variants}
         load = functools.partial(
             load_checked_profiles, check_paths=s.check_model_paths, service_port=s.service_port
         )
@@ -73,6 +86,7 @@ class Inventory:
         for bad in fresh.invalid:
             if str(bad) not in known:
                 log.error("invalid profile: %s", bad)
+        fresh.valid |= self._variants
         self.profiles = fresh
         return fresh
 

@@ -104,13 +104,17 @@ class BenchStore:
             levels = s.exec(_levels(requests=requests).where(BenchmarkLevel.benchmark_id == bench.id)).all()
             return BenchmarkView(bench, run, list(levels))
 
-    def recent(self, *, profile: str | None = None, limit: int = 50) -> list[BenchmarkView]:
+    def recent(
+        self, *, profile: str | None = None, limit: int = 50, experiment: int | None = None
+    ) -> list[BenchmarkView]:
         """Newest first, with their levels' summaries (not their request rows: /compare reads up to 500
-        benchmarks on every page refresh)."""
+        benchmarks on every page refresh); `experiment`: that experiment's only."""
         with self.store.session() as s:
             q = select(Benchmark, Run).where(Benchmark.run_id == Run.id)
             if profile:
                 q = q.where(Benchmark.profile == profile)
+            if experiment is not None:
+                q = q.where(Benchmark.experiment_run_id == experiment)
             rows = s.exec(q.order_by(col(Benchmark.id).desc()).limit(limit)).all()
             ids = [b.id for b, _ in rows]
             levels = s.exec(_levels(requests=False).where(col(BenchmarkLevel.benchmark_id).in_(ids))).all()
@@ -131,6 +135,17 @@ class BenchStore:
                     found[view.bench.profile] = float(value)
             self._throughput = found
         return dict(self._throughput)
+
+    def typical_seconds(self, *, profile: str, kind: str, outcome: str) -> float | None:
+        """How long the profile's newest run of `kind` that ended `outcome` took (a plan's estimate)."""
+        with self.store.session() as s:
+            q = select(Run).where(Run.profile == profile, Run.kind == kind, Run.outcome == outcome)
+            run = s.exec(
+                q.where(col(Run.ended_at).is_not(None)).order_by(col(Run.id).desc()).limit(1)
+            ).first()
+            if run is None or run.ended_at is None:
+                return None
+            return (run.ended_at - run.started_at).total_seconds()
 
     def create_experiment(self, *, run_id: int, request: StoredJson) -> None:
         with self.store.session() as s:

@@ -22,9 +22,16 @@ def launch_file(settings: Settings, name: str) -> Path:
     return settings.state_dir / "launch" / f"{name}.json"
 
 
+def launch_name(unit: str, profile: str) -> str:
+    """What `k25-ctl launch` is given: the instance of a k25-engine@ unit (a sweep's variant runs under
+    k25-engine@BASE.vN), else the profile's name."""
+    instance = unit.removeprefix("k25-engine@").removesuffix(".service")
+    return instance if unit.startswith("k25-engine@") and instance else profile
+
+
 def write_launch(settings: Settings, lp: LoadedProfile, *, run_id: int, argv: list[str]) -> Path:
     """Atomically, readable by root only (the environment may carry secrets)."""
-    path = launch_file(settings, lp.profile.name)
+    path = launch_file(settings, launch_name(lp.profile.unit, lp.profile.name))
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     env = engine_for(lp.profile).environment(lp.profile, settings.engine_cache_dir)
     data = {"run_id": run_id, "profile_sha256": lp.sha256, "file": str(lp.file), "argv": argv, "env": env}

@@ -28,3 +28,19 @@ def test_text_masks_flags_assignments_bearer_and_key_shapes() -> None:
     assert redact.text("Loading safetensors checkpoint shards: 37% Completed | 24/64") == (
         "Loading safetensors checkpoint shards: 37% Completed | 24/64"
     )
+
+
+def test_token_counts_are_not_secrets() -> None:
+    """Flags and variables that count tokens are tuning an operator must see (a sweep's axes), not secrets;
+    a token still is."""
+    args = ["vllm", "serve", "--max-num-batched-tokens", "8192", "--num-speculative-tokens", "3",
+            "--spec-tokens=2", "--hf-token", "hf_abcdefghijk", "--token=abc"]  # fmt: skip
+    assert redact.argv(args) == ["vllm", "serve", "--max-num-batched-tokens", "8192", "--num-speculative-tokens",
+                                 "3", "--spec-tokens=2", "--hf-token", "***", "--token=***"]  # fmt: skip
+    assert redact.env({"VLLM_MAX_TOKENS": "64", "HF_TOKEN": "x"}) == {
+        "VLLM_MAX_TOKENS": "64",
+        "HF_TOKEN": "***",
+    }
+    assert redact.text("started with --max-num-batched-tokens 8192 --token abc") == (
+        "started with --max-num-batched-tokens 8192 --token ***"
+    )

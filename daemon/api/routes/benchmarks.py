@@ -6,7 +6,17 @@ from typing import Annotated
 
 from fastapi import Path, Query, Response
 
-from daemon.api.bench_schemas import BenchmarkOut, CompareOut, ExperimentOut, ScheduleCancelOut, ScheduleOut
+from daemon.api.bench_schemas import (
+    BenchmarkOut,
+    CompareOut,
+    ExperimentOut,
+    PlanOut,
+    PromoteIn,
+    PromoteOut,
+    ScheduleCancelOut,
+    ScheduleOut,
+    SweepOut,
+)
 from daemon.api.routes.common import ACCEPTED, Ctl, Limit, RunId, located, reads, writes
 from daemon.api.schemas import AcceptedOut
 from daemon.benchmark.experiments import ExperimentRequest
@@ -58,6 +68,33 @@ async def start_experiment(
     out = await c.bench.schedule_experiment(req, at, max_running)
     response.headers["Location"] = f"/schedules/{out.id}"
     return out
+
+
+@write.post("/plans")
+async def plan_experiment(req: ExperimentRequest, c: Ctl) -> PlanOut:
+    """A sweep's plan (`k25-ctl experiment --dry-run`): its variants in order, the switches, an estimate
+    of the time from the base's recorded switch and benchmark; nothing is started (the write token, as
+    the experiment it plans)."""
+    return await c.bench.plan(req)
+
+
+@read.get("/experiments/{run_id}/sweep")
+async def sweep(
+    run_id: RunId,
+    c: Ctl,
+    metric: Annotated[
+        str | None, Query(max_length=40, description="throughput, tpot_p50, ttft_p99, NAME@C")
+    ] = None,
+) -> SweepOut:
+    """The experiment's profiles (a sweep's variants with their values) ranked by the metric, the best
+    with its noise band, and the acceptance length predicted from the base's per-position rates."""
+    return await c.bench.sweep(run_id, metric)
+
+
+@write.post("/experiments/{run_id}/promote", status_code=201)
+async def promote(run_id: RunId, req: PromoteIn, c: Ctl) -> PromoteOut:
+    """A variant written as a new profile file (never over an existing one): review it, then activate."""
+    return await c.bench.promote(run_id, req)
 
 
 @read.get("/schedules")

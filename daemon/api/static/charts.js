@@ -102,6 +102,48 @@ const K25Charts = (() => {
     }, [xs, ...series]);
   }
 
+  // A sweep's metric against one axis's values: one line per combination of the other axes' values, each
+  // point with a whisker of +- one standard deviation of its repeats (drawn on the canvas after the lines).
+  function sweep(id, axis, lines, unit, digits) {
+    const xs = [...new Set(lines.flatMap((l) => l.points.map((p) => p.x)))].sort((a, b) => a - b);
+    const at = (l, x) => l.points.find((p) => p.x === x);
+    const data = [xs, ...lines.map((l) => xs.map((x) => (at(l, x) ? at(l, x).y : null)))];
+    const whiskers = (u) => {
+      const ctx = u.ctx;
+      ctx.save();
+      ctx.lineWidth = 1.5 * devicePixelRatio;
+      lines.forEach((l, i) => {
+        ctx.strokeStyle = COLORS[i % COLORS.length];
+        for (const p of l.points) {
+          if (!p.sd) continue;
+          const cx = u.valToPos(p.x, "x", true), w = 4 * devicePixelRatio;
+          const lo = u.valToPos(p.y - p.sd, "y", true), hi = u.valToPos(p.y + p.sd, "y", true);
+          ctx.beginPath();
+          ctx.moveTo(cx, lo); ctx.lineTo(cx, hi);
+          ctx.moveTo(cx - w, lo); ctx.lineTo(cx + w, lo);
+          ctx.moveTo(cx - w, hi); ctx.lineTo(cx + w, hi);
+          ctx.stroke();
+        }
+      });
+      ctx.restore();
+    };
+    return draw(id, "sweep:" + axis + ":" + lines.map((l) => l.label).join(","), {
+      height: 180,
+      series: [
+        { label: axis },
+        ...lines.map((l, i) => ({ label: l.label, stroke: COLORS[i % COLORS.length], width: 1.5, points: { size: 7 },
+                                  value: (u, v) => (v == null ? "–" : v.toFixed(digits) + " " + unit) })),
+      ],
+      axes: [
+        Object.assign({}, AXIS, { label: axis, labelSize: 18 }),
+        Object.assign({}, AXIS, { label: unit, labelSize: 18, size: 55 }),
+      ],
+      scales: { x: { time: false, range: (u, lo, hi) => (lo === hi ? [lo - 1, hi + 1] : [lo - (hi - lo) * 0.05, hi + (hi - lo) * 0.05]) },
+                y: { range: (u, lo, hi) => [0, Math.max(1e-6, hi) * 1.2] } },
+      hooks: { draw: [whiskers] },
+    }, data);
+  }
+
   function level(l) {
     return l.request_rate != null && l.request_rate !== "inf" ? Number(l.request_rate) : Number(l.max_concurrency);
   }
@@ -115,5 +157,5 @@ const K25Charts = (() => {
     }
   });
 
-  return { serving, loads, levels, get };
+  return { serving, loads, levels, sweep, get };
 })();

@@ -198,14 +198,51 @@ function renderCompare(cmp) {
     <td>${r.speedup == null ? "–" : link(r, fmt(r.speedup, 2) + "x")}</td>
     <td class="verdict v-${esc((r.verdict || "").split(" ")[0])}">${esc(r.verdict || "–")}${r.noise != null && r.verdict !== "baseline" ? ` <span class="mute">(noise ${fmt(100 * r.noise, 0)}%)</span>` : ""}</td>
     <td>${fmt(r.latency_ms.ttft.median, 1)}</td><td>${fmt(r.latency_ms.tpot.median, 2)}</td><td>${fmt(r.latency_ms.itl.p99, 2)}</td>
-    <td>${fmt(r.acceptance_length, 2)}</td><td>${fmt(r.acceptance_rate, 3)}</td>
+    <td>${fmt(r.acceptance_length, 2)}${predictions(r.predicted_length)}</td><td>${fmt(r.acceptance_rate, 3)}</td>
     <td class="mute">${esc(r.provenance.engine || "")} ${esc(r.provenance.engine_version || "")}</td></tr>`).join("");
+}
+
+// What fewer drafted tokens would give, from the per-position acceptance rates (compare.predicted_lengths).
+function predictions(byK) {
+  const ks = Object.keys(byK || {});
+  if (!ks.length) return "";
+  return `<div class="mute predicted">${ks.map((k) => `at k=${esc(k)} the acceptance length would be ~${fmt(byK[k], 2)}`).join("; ")}</div>`;
+}
+
+// The newest sweep: a chart per axis (its metric against the axis's values, a line per combination of the
+// others, whiskers from the repeats), the recommendation, and predicted against measured acceptance.
+async function refreshSweep(experiments) {
+  const exp = experiments.find((e) => (e.request.variants || []).length);
+  $("sweep-card").hidden = !exp;
+  if (!exp) return;
+  const r = await api(`/experiments/${exp.run_id}/sweep`);
+  $("sweep-meta").textContent = `experiment ${r.experiment_run_id} over ${r.base}: ${r.metric}`;
+  $("sweep-best").textContent = r.recommendation ? `best: ${r.recommendation}` + (r.promote ? ` · to keep it: ${r.promote}` : "") : r.notes.join(" · ");
+  $("sweep-predicted").innerHTML = predictions(r.predicted).replace("<div", `<div title="from ${esc(r.base)}'s per-position acceptance rates"`);
+  const rows = r.rows.filter((x) => x.value != null && Object.keys(x.values).length);
+  const unit = r.metric.split("(")[1] ? r.metric.split("(")[1].split(")")[0] : "";
+  $("sweep-charts").innerHTML = r.axes.map((a, i) => `<div><h2>${esc(r.metric)} by ${esc(a)}</h2><div id="chart-sweep-${i}" class="uchart"></div></div>`).join("");
+  r.axes.forEach((axis, i) => {
+    const groups = {};
+    for (const x of rows) {
+      const rest = r.axes.filter((b) => b !== axis).map((b) => `${b}=${x.values[b]}`).join(", ") || r.base;
+      (groups[rest] = groups[rest] || []).push({ x: Number(x.values[axis]), y: x.value, sd: x.cv != null ? x.cv * x.value : 0 });
+    }
+    K25Charts.sweep(`chart-sweep-${i}`, axis, Object.entries(groups).map(([label, points]) => ({ label, points })), unit, 1);
+  });
+  $("sweep").innerHTML = r.rows.map((x) => `<tr class="${x.best ? "best" : ""}"><td>${x.best ? "★ " : ""}${esc(x.profile)}</td>
+    ${r.axes.map((a) => `<td>${esc(String(x.values[a] ?? "(base)"))}</td>`).join("")}
+    <td>${fmt(x.value, 1)}${x.cv != null ? ` <span class="mute">±${fmt(100 * x.cv, 1)}%</span>` : ""}</td>
+    <td>${x.ratio == null ? "–" : fmt(x.ratio, 2) + "x"}</td><td class="verdict v-${esc((x.verdict || "").split(" ")[0])}">${esc(x.verdict || "–")}</td>
+    <td>${fmt(x.acceptance_length, 2)}</td><td>${fmt(x.predicted_length, 2)}</td></tr>`).join("");
+  $("sweep-head").innerHTML = `<th>variant</th>${r.axes.map((a) => `<th>${esc(a)}</th>`).join("")}<th>${esc(r.metric)}</th><th>ratio</th><th>verdict</th><th>acc. length</th><th>predicted</th>`;
 }
 
 async function refresh() {
   try {
-    const [st, profiles, runs, cmp] = await Promise.all([api("/status"), api("/profiles"), api("/runs?limit=15"), api("/compare")]);
+    const [st, profiles, runs, cmp, exps] = await Promise.all([api("/status"), api("/profiles"), api("/runs?limit=15"), api("/compare"), api("/experiments?limit=10")]);
     renderStatus(st); renderGpus(st.gpus || []); renderProfiles(profiles); renderRuns(runs); renderCompare(cmp);
+    await refreshSweep(exps);
     await refreshServing();
   } catch (e) { toast(e.message); }
 }

@@ -1,0 +1,174 @@
+"""A sweep's result, pure: per variant its repeats' mean of the experiment's metric, the ratio to the base
+with the noise band (the comparison's rules), the best variant, and the acceptance length predicted for
+each number of drafted tokens from the base's per-position rates, beside the one measured."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from daemon.benchmark.compare import PER_POSITION, Measured, judge, predicted_lengths
+from daemon.core.errors import InvalidInput
+from daemon.core.jsontypes import StoredJson, VllmSummary
+
+# name -> (summary key, higher is better, what it reads as)
+METRICS = {
+    "throughput": ("output_throughput", True, "output throughput (tok/s)"),
+    "tpot_p50": ("median_tpot_ms", False, "TPOT p50 (ms)"),
+    "tpot_p99": ("p99_tpot_ms", False, "TPOT p99 (ms)"),
+    "ttft_p50": ("median_ttft_ms", False, "TTFT p50 (ms)"),
+    "ttft_p99": ("p99_ttft_ms", False, "TTFT p99 (ms)"),
+    "itl_p50": ("median_itl_ms", False, "ITL p50 (ms)"),
+}
+AT_LEVEL = re.compile(r"^(\w+)@(\d+)$")  # throughput@8: at the level of concurrency 8
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    key: str
+    higher_better: bool
+    label: str
+    concurrency: int | None  # the level's; None: the first level
+
+    def of(self, levels: Sequence[VllmSummary]) -> float | None:
+        level = next((s for s in levels if self.concurrency is None or s.get("max_concurrency") ==
+                      self.concurrency), None)  # fmt: skip
+        value = level.get(self.key) if level else None
+        return float(value) if isinstance(value, int | float) else None
+
+
+def parse_metric(name: str | None) -> Metric:
+    name = name or "throughput"
+    m = AT_LEVEL.match(name)
+    base, level = (m.group(1), int(m.group(2))) if m else (name, None)
+    if base not in METRICS:
+        known = ", ".join([*METRICS, "NAME@CONCURRENCY (e.g. throughput@8)"])
+        raise InvalidInput(f"unknown metric {name!r} (known: {known})")
+    key, higher, label = METRICS[base]
+    where = f" at concurrency {level}" if level is not None else " at the first level"
+    return Metric(name, key, higher, label + where, level)
+
+
+@dataclass
+class SweepRow:
+    profile: str
+    values: dict[str, object]  # axis label -> value ({} for the base)
+    run_ids: list[int]
+    value: float | None  # the metric's mean over the repeats
+    cv: float | None
+    samples: list[float]
+    acceptance_length: float | None
+    drafted: int | None  # tokens drafted per step (the per-position rates' count)
+    predicted_length: float | None = None  # from the base's per-position rates
+    ratio: float | None = None  # value / base's (for a lower-is-better metric: base's / value)
+    noise: float | None = None
+    noise_assumed: bool = False
+    verdict: str | None = None
+    best: bool = False
+
+
+@dataclass
+class SweepResult:
+    experiment_run_id: int
+    base: str
+    metric: str
+    axes: list[str]
+    rows: list[SweepRow] = field(default_factory=list)
+    best: str | None = None
+    recommendation: str | None = None
+    promote: str | None = None  # the command that writes the best variant as a profile
+    predicted: dict[int, float] = field(default_factory=dict)  # the base's, for fewer drafted tokens
+    notes: list[str] = field(default_factory=list)
+
+
+def _same(v: object) -> str:
+    """An axis value as the base's is stored (text; true/false for a bool)."""
+    return ("true" if v else "false") if isinstance(v, bool) else str(v)
+
+
+def _mean(xs: Sequence[float]) -> float | None:
+    return sum(xs) / len(xs) if xs else None
+
+
+def _row(profile: str, values: dict[str, object], runs: list[Measured], metric: Metric) -> SweepRow:
+    samples = [v for m in runs if (v := metric.of(m.levels)) is not None]
+    mean = _mean(samples)
+    cv = None
+    if len(samples) >= 2 and mean:
+        sd = (sum((x - mean) ** 2 for x in samples) / (len(samples) - 1)) ** 0.5
+        cv = sd / mean
+    first = [m.levels[0] for m in runs if m.levels]
+    lengths = [float(x) for s in first if isinstance(x := s.get("acceptance_length"), int | float)]
+    per_pos = _per_position(first)
+    return SweepRow(profile, values, [m.run_id for m in runs], mean, cv, samples, _mean(lengths),
+                    len(per_pos) if per_pos else None)  # fmt: skip
+
+
+def _per_position(summary_list: Sequence[VllmSummary]) -> list[float] | None:
+    return next((p for s in summary_list if isinstance(p := s.get(PER_POSITION), list) and p), None)
+
+
+def per_position_of(runs: Sequence[Measured]) -> list[float]:
+    """The mean per-position rates over the runs' first levels (those that report them)."""
+    found = [p for m in runs if m.levels and (p := _per_position(m.levels[:1]))]
+    if not found:
+        return []
+    k = min(len(p) for p in found)
+    return [sum(float(p[i]) for p in found) / len(found) for i in range(k)]
+
+
+def sweep_result(
+    run_id: int,
+    request: StoredJson,
+    measured: Sequence[Measured],
+    metric: Metric,
+    *,
+    command: str = "k25-ctl",
+) -> SweepResult:
+    """`request`: the experiment's stored request (its profiles, and a sweep's `variants`)."""
+    profiles = [str(p) for p in request.get("profiles") or []]
+    variants = request.get("variants") or []
+    base = profiles[0] if profiles else ""
+    axes = [str(a["label"]) for a in request.get("axes") or []]
+    out = SweepResult(run_id, base, metric.label, axes)
+    order: list[tuple[str, dict[str, object]]] = [(p, {}) for p in profiles]
+    order += [(str(v["name"]), dict(v["values"])) for v in variants]
+    for name, values in order:
+        out.rows.append(_row(name, values, [m for m in measured if m.profile == name], metric))
+    base_row = out.rows[0] if out.rows else None
+    per_pos = per_position_of([m for m in measured if m.profile == base])
+    predicted = predicted_lengths(per_pos)
+    out.predicted = {k: v for k, v in predicted.items() if k < len(per_pos)}
+    bases = {str(a["label"]): a.get("base") for a in request.get("axes") or []}
+    for row in out.rows:
+        # A prediction holds for a variant that drafts fewer tokens and differs from the base in nothing else.
+        changed = [k for k, v in row.values.items() if _same(v) != bases.get(k)]
+        if row.drafted is not None and row.drafted < len(per_pos) and len(changed) == 1:
+            row.predicted_length = predicted.get(row.drafted)
+        if base_row is None or base_row.value is None or row.value is None or not row.value:
+            continue
+        ratio = row.value / base_row.value if metric.higher_better else base_row.value / row.value
+        row.ratio, row.noise, row.noise_assumed, row.verdict = judge(
+            ratio, row.cv, base_row.cv, is_base=row is base_row
+        )
+    ranked = [r for r in out.rows if r.value is not None]
+    if not ranked or base_row is None:
+        out.notes.append("nothing measured: no best variant")
+        return out
+    sign = 1.0 if metric.higher_better else -1.0
+    best = max(ranked, key=lambda r: sign * (r.value or 0.0))
+    best.best = True
+    out.best = best.profile
+    if best is base_row:
+        out.recommendation = f"keep {base}: no variant beat it on {metric.label}"
+    elif best.ratio is not None and best.noise is not None:
+        sure = "outside the noise" if best.verdict == "faster" else "within the noise: not a sure gain"
+        assumed = " (noise assumed: use repeats)" if best.noise_assumed else ""
+        out.recommendation = (f"{best.profile}: {best.ratio:.2f}x {base} on {metric.label}, "
+                              f"noise band ±{best.noise:.0%}{assumed}, {sure}")  # fmt: skip
+        out.promote = f"{command} promote {run_id} '{best.profile}'"
+    if any(r.value is None for r in out.rows):
+        out.notes.append("unmeasured: " + ", ".join(r.profile for r in out.rows if r.value is None))
+    return out
