@@ -33,16 +33,22 @@ async def stream(writer: asyncio.StreamWriter, max_tokens: int, rate: float, per
     await writer.drain()
 
 
+async def read_request(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """One HTTP/1.1 request of a keep-alive connection: its head and its body."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return head, await reader.readexactly(length) if length else b""
+
+
 async def main(port: int, rate: float, per_chunk: int) -> None:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                body = json.loads(await reader.readexactly(length)) if length else {}
+                head, raw = await read_request(reader)
+                body = json.loads(raw) if raw else {}
                 if head.startswith(b"GET /health"):
                     writer.write(b"HTTP/1.1 200 OK\r\ncontent-length: 0\r\n\r\n")
                     continue

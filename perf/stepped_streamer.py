@@ -13,6 +13,11 @@ import json
 import sys
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from perf.lean_streamer import read_request
 
 
 def event(data: str) -> bytes:
@@ -77,12 +82,7 @@ async def main(port: int, step: float, prefill: float) -> None:
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         try:
             while True:
-                head = await reader.readuntil(b"\r\n\r\n")
-                length = 0
-                for line in head.split(b"\r\n"):
-                    if line.lower().startswith(b"content-length:"):
-                        length = int(line.split(b":")[1])
-                raw = await reader.readexactly(length) if length else b""
+                head, raw = await read_request(reader)
                 arrived = time.monotonic()
                 if head.startswith(b"GET /truth"):
                     body = json.dumps(TRUTH).encode()

@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from daemon.api.schemas import Out, SafeArgv, SafeOptionalText, SafeText
 from daemon.benchmark.compare import Row
 from daemon.core.jsontypes import RequestRow, StoredJson, VllmSummary
+from daemon.core.profiles import NAME_RE
 
 
 class ProvenanceOut(Out):
@@ -172,7 +173,7 @@ class PromoteIn(BaseModel):
 
     variant: str = Field(min_length=1, max_length=500)
     name: str | None = Field(
-        None, max_length=63, description="the new profile's name (default: from the values)"
+        None, pattern=NAME_RE.pattern, description="the new profile's name (default: from the values)"
     )
 
 

@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from daemon.benchmark.runner import BenchmarkRunner, Target
 from daemon.benchmark.spec import BenchmarkSpec
 from daemon.benchmark.sweep import Scalar, Sweep
-from daemon.benchmark.sweep_result import parse_metric
+from daemon.benchmark.sweep_result import METRIC_PATTERN, parse_metric
 from daemon.benchmark.sweeps import Plan, Sweeps
 from daemon.core.errors import InvalidInput, K25Error, NotFound, Refused
 from daemon.core.hoststate import HostState
@@ -43,7 +43,9 @@ class ExperimentRequest(BaseModel):
         "each combination of values is a variant of it",
     )
     metric: str | None = Field(
-        None, description="what ranks a sweep: throughput (default), tpot_p50, ttft_p99, NAME@CONCURRENCY"
+        None,
+        pattern=METRIC_PATTERN,
+        description="what ranks a sweep: throughput (default), tpot_p50, ttft_p99, NAME@CONCURRENCY",
     )
 
 

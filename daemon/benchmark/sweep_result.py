@@ -22,6 +22,8 @@ METRICS = {
     "itl_p50": ("median_itl_ms", False, "ITL p50 (ms)"),
 }
 AT_LEVEL = re.compile(r"^(\w+)@(\d+)$")  # throughput@8: at the level of concurrency 8
+# The names the API's schema admits (the same check, declared: a client knows before it asks).
+METRIC_PATTERN = rf"^({'|'.join(METRICS)})(@[1-9][0-9]{{0,5}})?$"
 
 
 @dataclass(frozen=True)

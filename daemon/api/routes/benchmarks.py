@@ -21,6 +21,7 @@ from daemon.api.routes.common import ACCEPTED, Ctl, Limit, RunId, located, reads
 from daemon.api.schemas import AcceptedOut
 from daemon.benchmark.experiments import ExperimentRequest
 from daemon.benchmark.spec import BenchmarkSpec
+from daemon.benchmark.sweep_result import METRIC_PATTERN
 from daemon.core.jsontypes import VllmSummary
 
 read = reads("benchmarks")
@@ -83,7 +84,7 @@ async def sweep(
     run_id: RunId,
     c: Ctl,
     metric: Annotated[
-        str | None, Query(max_length=40, description="throughput, tpot_p50, ttft_p99, NAME@C")
+        str | None, Query(pattern=METRIC_PATTERN, description="throughput, tpot_p50, ttft_p99, NAME@C")
     ] = None,
 ) -> SweepOut:
     """The experiment's profiles (a sweep's variants with their values) ranked by the metric, the best
