@@ -152,12 +152,12 @@ class _Evidence(StreamReader):
         super().feed(data, at)
 
 
-def k25(url: str, spec: BenchmarkSpec, mode: Mode, outputs: list[int] | None = None) -> dict[str, Any]:
-    texts = spec.prompts or [p.text for p in base_prompts(spec)]
+def k25(url: str, mode: Mode, work: list[tuple[str, int]]) -> dict[str, Any]:
+    """k25-ctl's client over `work` (prompt, output tokens), with the mode's settings."""
     bodies = [
         {"model": "tiny", "prompt": t, "max_tokens": m, "temperature": 0, "ignore_eos": True,
          "stream": True, "stream_options": {"include_usage": True, "continuous_usage_stats": CONTINUOUS[0]}}
-        for t, m in zip(texts, outputs or [spec.max_tokens] * len(texts), strict=True)
+        for t, m in work
     ]  # fmt: skip
 
     async def go() -> dict[str, Any]:
@@ -206,8 +206,7 @@ def paired(
         # that started first has each request's prefill scheduled first (vLLM's TTFT was 0.3 ms longer).
         order = list(range(len(work)))
         random.Random(seed).shuffle(order)  # noqa: S311 - a reproducible order
-        ours = spec.model_copy(update={"dataset": "custom", "prompts": [work[j][0] for j in order]})
-        mine = k25(url, ours, mode, [work[j][1] for j in order])
+        mine = k25(url, mode, [work[j] for j in order])
         unshuffled: list[float | None] = [None] * len(work)
         for k, j in enumerate(order):
             unshuffled[j] = mine["ttfts"][k]
@@ -292,7 +291,8 @@ def main() -> None:
             os.sched_setaffinity(0, {1})
         warm = BenchmarkSpec.model_validate({"dataset": "random", "input_len": args.input_len, "max_tokens": 16,
                                              "num_prompts": 8, "concurrency": [4]})  # fmt: skip
-        k25(url, warm, MODES["c4"])  # the engine's first requests are slower, for both: not measured
+        # The engine's first requests are slower, for both: not measured.
+        k25(url, MODES["c4"], [(p.text, warm.max_tokens) for p in base_prompts(warm)])
         for mode in modes:
             spec = BenchmarkSpec.model_validate({"dataset": "random", "input_len": args.input_len,
                                                  "max_tokens": args.output_len, "num_prompts": mode.prompts,

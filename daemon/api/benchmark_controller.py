@@ -23,14 +23,14 @@ from daemon.api.bench_schemas import (
     SweepOut,
 )
 from daemon.api.schemas import AcceptedOut
-from daemon.benchmark.compare import Measured, compare, predicted_below
+from daemon.benchmark.compare import compare, finished, predicted_below
 from daemon.benchmark.experiments import Benchmarks, ExperimentRequest
 from daemon.benchmark.schedules import Schedule, Schedules
 from daemon.benchmark.spec import BenchmarkSpec
 from daemon.benchmark.sweep_result import parse_metric
 from daemon.core.errors import NotFound
 from daemon.core.jsontypes import VllmSummary
-from daemon.core.run_types import Outcome, RunKind
+from daemon.core.run_types import RunKind
 from daemon.store.bench import BenchmarkView, ExperimentView, unpack
 from daemon.store.models import Run
 
@@ -122,20 +122,7 @@ class BenchController:
 
     async def compare(self, *, baseline: str, spec_hash: str | None) -> CompareOut:
         views = await asyncio.to_thread(self.bench_store.recent, limit=COMPARE_WINDOW)
-        rows = [
-            Measured(
-                run_id=v.bench.run_id,
-                profile=v.bench.profile,
-                spec_hash=v.bench.spec_hash,
-                prompt_hash=v.bench.prompt_hash,
-                gpu_key=v.bench.gpu_key,
-                experiment_run_id=v.bench.experiment_run_id,
-                levels=v.summaries,
-                provenance=v.provenance,
-            )
-            for v in views
-            if v.run.outcome == Outcome.OK
-        ]
+        rows = finished(views)
         result = compare(rows, baseline=baseline, spec_hash=spec_hash)
         return CompareOut.model_validate(asdict(result))
 

@@ -4,10 +4,15 @@ spread as the noise, and the speedup over the baseline with a verdict. Pure: the
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from daemon.core.jsontypes import StoredJson, VllmSummary
+from daemon.core.run_types import Outcome
+
+if TYPE_CHECKING:
+    from daemon.store.bench import BenchmarkView
 
 # With a single run per side there is no spread to measure: assume this much (and say so).
 ASSUMED_NOISE = 0.05
@@ -70,11 +75,21 @@ class Comparison:
     notes: list[str] = field(default_factory=list)
 
 
-def _mean(xs: list[float]) -> float | None:
+def finished(views: Iterable[BenchmarkView]) -> list[Measured]:
+    """The benchmarks among `views` that ended ok, as compare reads them (in the same order)."""
+    return [
+        Measured(v.bench.run_id, v.bench.profile, v.bench.spec_hash, v.bench.prompt_hash, v.bench.gpu_key,
+                 v.bench.experiment_run_id, v.summaries, v.provenance)
+        for v in views
+        if v.run.outcome == Outcome.OK
+    ]  # fmt: skip
+
+
+def mean(xs: Sequence[float]) -> float | None:
     return sum(xs) / len(xs) if xs else None
 
 
-def _cv(xs: list[float]) -> float | None:
+def cv(xs: Sequence[float]) -> float | None:
     """Relative sample spread of repeats (None with fewer than two)."""
     if len(xs) < 2:
         return None
@@ -103,14 +118,14 @@ def _row(profile: str, group: list[Measured]) -> Row:
     s0 = newest.levels[0] if newest.levels else {}
 
     def avg(key: str) -> float | None:
-        return _mean([float(s[key]) for s in first if s.get(key) is not None])
+        return mean([float(s[key]) for s in first if s.get(key) is not None])
 
     return Row(
         profile=profile,
         run_ids=[m.run_id for m in group],
         repeats=len(group),
-        output_throughput=_mean(thr),
-        throughput_cv=_cv(thr),
+        output_throughput=mean(thr),
+        throughput_cv=cv(thr),
         decode_tok_s=avg("mean_decode_tok_s"),
         acceptance_length=avg("acceptance_length"),
         acceptance_rate=avg("acceptance_rate"),
@@ -137,12 +152,20 @@ def predicted_lengths(per_position: Sequence[float]) -> dict[int, float]:
     return {k: 1.0 + sum(per_position[:k]) for k in range(1, len(per_position) + 1)}
 
 
+def predicted_fewer(per_position: Sequence[float]) -> dict[int, float]:
+    """The predictions for every k' below the k that was drafted (k' = 1..k-1)."""
+    return {k: v for k, v in predicted_lengths(per_position).items() if k < len(per_position)}
+
+
+def per_position(summary: VllmSummary) -> list[float]:
+    """A level's per-position acceptance rates (vLLM; empty without them)."""
+    rates = summary.get(PER_POSITION)
+    return [float(r) for r in rates] if isinstance(rates, list) else []
+
+
 def predicted_below(summary: VllmSummary) -> dict[int, float]:
     """The predictions for every k' below the k a level drafted (none without per-position rates)."""
-    rates = summary.get(PER_POSITION)
-    if not isinstance(rates, list) or len(rates) < 2:
-        return {}
-    return {k: v for k, v in predicted_lengths([float(r) for r in rates]).items() if k < len(rates)}
+    return predicted_fewer(per_position(summary))
 
 
 def compare(rows: list[Measured], *, baseline: str, spec_hash: str | None = None) -> Comparison:

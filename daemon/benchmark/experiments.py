@@ -172,10 +172,14 @@ class Benchmarks:
         sweep = await self.check(req)
         if sweep is None:
             raise InvalidInput("a plan is for a sweep: say what to vary")
+        active, back = self._serving_and_back(req)
+        return await self.sweeps.plan(sweep, repeats=req.repeats, active=active, back=back)
+
+    def _serving_and_back(self, req: ExperimentRequest) -> tuple[str | None, str | None]:
+        """The profile serving now (None unless active), and the one the experiment restores at the end."""
         st = self.hub.status
         active = st.active_profile if st.state is HostState.ACTIVE else None
-        back = (active or self.default_profile) if req.restore else None
-        return await self.sweeps.plan(sweep, repeats=req.repeats, active=active, back=back)
+        return active, (active or self.default_profile) if req.restore else None
 
     async def check(self, req: ExperimentRequest) -> Sweep | None:
         """What an experiment is refused for before anything is switched; a sweep's variants."""
@@ -202,10 +206,8 @@ class Benchmarks:
         return await self.sweeps.derive(lp, req.vary)
 
     async def _create_experiment(self, slot: Slot, req: ExperimentRequest, sweep: Sweep | None) -> int:
-        st = self.hub.status
-        active = st.active_profile if st.state is HostState.ACTIVE else None
-        back = (active or self.default_profile) if req.restore else None
-        run_id = await self.recorder.create(NewRun(RunKind.EXPERIMENT, None, st.active_profile))
+        _, back = self._serving_and_back(req)
+        run_id = await self.recorder.create(NewRun(RunKind.EXPERIMENT, None, self.hub.status.active_profile))
         request = req.model_dump() | {"restore_to": back}
         names = list(req.profiles)
         if sweep is not None:

@@ -5,7 +5,6 @@ profiles folder (promote writes one, under a new name, for the operator to revie
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 import tomllib
@@ -16,15 +15,23 @@ from typing import Any
 import tomlkit
 
 from daemon.core.errors import InvalidInput
-from daemon.core.profiles import InvalidProfile, LoadedProfile, Profile, SpeculativeConfig, profile_from_data
+from daemon.core.profiles import (
+    InvalidProfile,
+    LoadedProfile,
+    Profile,
+    SpeculativeConfig,
+    engine_unit,
+    profile_from_data,
+)
 from daemon.engines import engine_for
 from daemon.engines.checks import engine_check
 
 Scalar = bool | int | float | str
 # What makes a variant its base's twin on the host: it serves on the base's port, under a unit of its own,
 # and is measured once and stopped (it never parks).
-FIXED_KEYS = ("name", "unit", "adopt", "port", "host", "park", "park_level", "park_residual_mib",
-              "park_expose_ok", "command", "extra_args", "environment", "speculative")  # fmt: skip
+PARK_KEYS = ("park", "park_level", "park_residual_mib", "park_expose_ok")
+FIXED_KEYS = ("name", "unit", "adopt", "port", "host", *PARK_KEYS, "command", "extra_args", "environment",
+              "speculative")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -80,13 +87,14 @@ def parse_vary(items: Sequence[str]) -> dict[str, list[Scalar]]:
     return out
 
 
-def _fmt(v: Scalar) -> str:
+def value_text(v: object) -> str:
+    """An axis value as the variants' names and the stored base values write it (true/false for a bool)."""
     return ("true" if v else "false") if isinstance(v, bool) else str(v)
 
 
 def _text(v: object) -> str | None:
     """A profile value as an axis's values read (None: not set)."""
-    return None if v is None else _fmt(v) if isinstance(v, bool | int | float | str) else str(v)
+    return None if v is None else value_text(v)
 
 
 def _typed(key: str, v: Scalar, want: type) -> str | None:
@@ -94,8 +102,8 @@ def _typed(key: str, v: Scalar, want: type) -> str | None:
     ok = {bool: isinstance(v, bool), int: isinstance(v, int) and not isinstance(v, bool),
           float: isinstance(v, int | float) and not isinstance(v, bool), str: True}[want]  # fmt: skip
     if not ok:
-        raise InvalidInput(f"axis {key!r}: value {_fmt(v)!r} is not {want.__name__}")
-    return None if want is bool else _fmt(v)
+        raise InvalidInput(f"axis {key!r}: value {value_text(v)!r} is not {want.__name__}")
+    return None if want is bool else value_text(v)
 
 
 def _value_type(text: str | None) -> type:
@@ -153,7 +161,7 @@ def resolve_axes(base: Profile, vary: Mapping[str, Sequence[Scalar]]) -> list[Ax
                                f"{engine.name} flag k25-ctl can add (known: {known})")  # fmt: skip
         for v in values:
             _typed(key, v, want)
-        axes.append(Axis(key, tuple(values), label.removeprefix("--"), flag=flag, flag_type=want, base=now))
+        axes.append(Axis(key, tuple(values), label, flag=flag, flag_type=want, base=now))
     return axes
 
 
@@ -208,11 +216,11 @@ def derive(
         for axis, value in zip(axes, combo, strict=True):
             _apply(doc, axis, value)
         values = {a.label: v for a, v in zip(axes, combo, strict=True)}
-        name = f"{p.name}~" + ",".join(f"{k}={_fmt(v)}" for k, v in values.items())
-        data = copy.deepcopy(doc.unwrap())
-        for key in ("park", "park_level", "park_residual_mib", "park_expose_ok"):
+        name = f"{p.name}~" + ",".join(f"{k}={value_text(v)}" for k, v in values.items())
+        data = doc.unwrap()  # plain objects, apart from the document
+        for key in PARK_KEYS:
             data.pop(key, None)
-        data |= {"name": p.name, "unit": f"k25-engine@{p.name}.v{len(sweep.variants) + 1}.service"}
+        data |= {"name": p.name, "unit": engine_unit(f"{p.name}.v{len(sweep.variants) + 1}")}
         item = profile_from_data(base.file, p.name, data, base.sha256, check_paths=check_paths,
                                  engine_check=engine_check)  # fmt: skip
         if isinstance(item, InvalidProfile):

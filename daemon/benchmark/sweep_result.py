@@ -8,7 +8,8 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
-from daemon.benchmark.compare import PER_POSITION, Measured, judge, predicted_lengths
+from daemon.benchmark.compare import Measured, cv, judge, mean, per_position, predicted_fewer
+from daemon.benchmark.sweep import value_text
 from daemon.core.errors import InvalidInput
 from daemon.core.jsontypes import StoredJson, VllmSummary
 
@@ -85,36 +86,18 @@ class SweepResult:
     notes: list[str] = field(default_factory=list)
 
 
-def _same(v: object) -> str:
-    """An axis value as the base's is stored (text; true/false for a bool)."""
-    return ("true" if v else "false") if isinstance(v, bool) else str(v)
-
-
-def _mean(xs: Sequence[float]) -> float | None:
-    return sum(xs) / len(xs) if xs else None
-
-
 def _row(profile: str, values: dict[str, object], runs: list[Measured], metric: Metric) -> SweepRow:
     samples = [v for m in runs if (v := metric.of(m.levels)) is not None]
-    mean = _mean(samples)
-    cv = None
-    if len(samples) >= 2 and mean:
-        sd = (sum((x - mean) ** 2 for x in samples) / (len(samples) - 1)) ** 0.5
-        cv = sd / mean
     first = [m.levels[0] for m in runs if m.levels]
     lengths = [float(x) for s in first if isinstance(x := s.get("acceptance_length"), int | float)]
-    per_pos = _per_position(first)
-    return SweepRow(profile, values, [m.run_id for m in runs], mean, cv, samples, _mean(lengths),
-                    len(per_pos) if per_pos else None)  # fmt: skip
-
-
-def _per_position(summary_list: Sequence[VllmSummary]) -> list[float] | None:
-    return next((p for s in summary_list if isinstance(p := s.get(PER_POSITION), list) and p), None)
+    drafted = next((len(p) for s in first if (p := per_position(s))), None)
+    return SweepRow(profile, values, [m.run_id for m in runs], mean(samples), cv(samples), samples,
+                    mean(lengths), drafted)  # fmt: skip
 
 
 def per_position_of(runs: Sequence[Measured]) -> list[float]:
     """The mean per-position rates over the runs' first levels (those that report them)."""
-    found = [p for m in runs if m.levels and (p := _per_position(m.levels[:1]))]
+    found = [p for m in runs if m.levels and (p := per_position(m.levels[0]))]
     if not found:
         return []
     k = min(len(p) for p in found)
@@ -141,14 +124,13 @@ def sweep_result(
         out.rows.append(_row(name, values, [m for m in measured if m.profile == name], metric))
     base_row = out.rows[0] if out.rows else None
     per_pos = per_position_of([m for m in measured if m.profile == base])
-    predicted = predicted_lengths(per_pos)
-    out.predicted = {k: v for k, v in predicted.items() if k < len(per_pos)}
+    out.predicted = predicted_fewer(per_pos)
     bases = {str(a["label"]): a.get("base") for a in request.get("axes") or []}
     for row in out.rows:
         # A prediction holds for a variant that drafts fewer tokens and differs from the base in nothing else.
-        changed = [k for k, v in row.values.items() if _same(v) != bases.get(k)]
-        if row.drafted is not None and row.drafted < len(per_pos) and len(changed) == 1:
-            row.predicted_length = predicted.get(row.drafted)
+        changed = [k for k, v in row.values.items() if value_text(v) != bases.get(k)]
+        if row.drafted is not None and len(changed) == 1:
+            row.predicted_length = out.predicted.get(row.drafted)
         if base_row is None or base_row.value is None or row.value is None or not row.value:
             continue
         ratio = row.value / base_row.value if metric.higher_better else base_row.value / row.value

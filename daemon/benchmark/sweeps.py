@@ -5,7 +5,6 @@ profile file, for the operator to review and activate: never an automatic switch
 from __future__ import annotations
 
 import asyncio
-import functools
 import logging
 import os
 import re
@@ -17,7 +16,7 @@ from typing import Protocol
 
 import tomlkit
 
-from daemon.benchmark.compare import Measured
+from daemon.benchmark.compare import finished
 from daemon.benchmark.sweep import Scalar, Sweep, derive
 from daemon.benchmark.sweep_result import Metric, SweepResult, sweep_result
 from daemon.core.errors import Busy, InvalidInput, NotFound
@@ -25,7 +24,6 @@ from daemon.core.jsontypes import StoredJson
 from daemon.core.profiles import NAME_RE, LoadedProfile, ProfileSet
 from daemon.core.run_types import Outcome, RunKind
 from daemon.engines import engine_for
-from daemon.engines.checks import load_checked_profiles
 from daemon.store.bench import BenchStore
 
 log = logging.getLogger("k25.bench")
@@ -130,13 +128,7 @@ class Sweeps:
 
     async def result(self, run_id: int, request: StoredJson, metric: Metric) -> SweepResult:
         views = await asyncio.to_thread(self.bench_store.recent, limit=500, experiment=run_id)
-        measured = [
-            Measured(v.bench.run_id, v.bench.profile, v.bench.spec_hash, v.bench.prompt_hash, v.bench.gpu_key,
-                     v.bench.experiment_run_id, v.summaries, v.provenance)
-            for v in reversed(views)
-            if v.run.outcome == Outcome.OK
-        ]  # fmt: skip
-        return sweep_result(run_id, request, measured, metric)
+        return sweep_result(run_id, request, finished(reversed(views)), metric)
 
     async def promote(self, run_id: int, request: StoredJson, variant: str, name: str | None) -> Path:
         """The variant as a new profile file (a new name: never over an existing file), validated as the
@@ -162,14 +154,12 @@ class Sweeps:
                 f"# Review it, then: k25-ctl activate {name}\n")  # fmt: skip
         path = self.profiles_path / f"{name}.toml"
         await asyncio.to_thread(_write_new, path, head + tomlkit.dumps(doc))
-        load = functools.partial(load_checked_profiles, check_paths=self.check_paths,
-                                 service_port=self.service_port)  # fmt: skip
-        fresh = await asyncio.to_thread(load, self.profiles_path)
+        fresh = await self.profiles()  # the folder read again: listed at once, or refused below
         bad = next((p for p in fresh.invalid if p.file == path), None)
         if bad is not None or name not in fresh.valid:
             await asyncio.to_thread(path.unlink)
+            await self.profiles()
             raise InvalidInput(f"the promoted profile would be invalid, not written: {bad or name}")
-        await self.profiles()
         log.info("experiment run %d: variant %s promoted to profile %s (%s)", run_id, variant, name, path)
         return path
 

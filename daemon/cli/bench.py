@@ -13,7 +13,7 @@ from daemon.benchmark.sweep import parse_vary
 from daemon.cli import sweep
 from daemon.cli.client import ApiJson, Client
 from daemon.cli.exit_codes import EXIT_FAILED, EXIT_OK
-from daemon.cli.remote import Add, bar, client, emit
+from daemon.cli.remote import Add, bar, client, emit, figure
 from daemon.core.errors import InvalidInput
 
 
@@ -156,10 +156,6 @@ def _started(c: Client, args: argparse.Namespace, run_id: int, what: str) -> int
     return EXIT_OK if follow(c, run_id, as_json=args.json) == "ok" else EXIT_FAILED
 
 
-def _f(value: Any, fmt: str = ".1f") -> str:
-    return "-" if value is None else format(value, fmt)
-
-
 def compare(args: argparse.Namespace) -> int:
     if args.experiment is not None:
         return sweep.sweep_table(args)
@@ -176,12 +172,13 @@ def compare(args: argparse.Namespace) -> int:
     for r in cmp["rows"]:
         lat = r["latency_ms"]
         cv = None if r["throughput_cv"] is None else 100 * r["throughput_cv"]
-        speedup = _f(r["speedup"], ".2f") + "x" if r["speedup"] else "-"
+        speedup = figure(r["speedup"], ".2f") + "x" if r["speedup"] else "-"
         lines.append(
-            f"{r['profile']:18} {_f(r['output_throughput']):>8} {_f(cv):>5} {speedup:>8} "
-            f"{r['verdict'] or '-':13} {_f(lat['ttft']['median']):>9} {_f(lat['tpot']['median'], '.2f'):>9} "
-            f"{_f(lat['itl']['p99'], '.2f'):>8} {_f(r['acceptance_length'], '.2f'):>8} "
-            f"{_f(r['acceptance_rate'], '.3f'):>8}  " + ",".join(str(i) for i in r["run_ids"])
+            f"{r['profile']:18} {figure(r['output_throughput']):>8} {figure(cv):>5} {speedup:>8} "
+            f"{r['verdict'] or '-':13} {figure(lat['ttft']['median']):>9} "
+            f"{figure(lat['tpot']['median'], '.2f'):>9} "
+            f"{figure(lat['itl']['p99'], '.2f'):>8} {figure(r['acceptance_length'], '.2f'):>8} "
+            f"{figure(r['acceptance_rate'], '.3f'):>8}  " + ",".join(str(i) for i in r["run_ids"])
         )
     lines += [f"note: {n}" for n in cmp["notes"]]
     emit(args, cmp, "\n".join(lines))
@@ -192,7 +189,7 @@ def benchmarks(args: argparse.Namespace) -> int:
     items = client(args).get("/benchmarks", profile=args.profile, limit=args.limit)
     lines = [
         f"{b['run_id']:>5} {b['profile'] or '-':18} {b['outcome']:10} {b['started_at'][:19]}  "
-        f"{_f(b['output_throughput'])} tok/s  acc len {_f(b['acceptance_length'], '.2f')}  "
+        f"{figure(b['output_throughput'])} tok/s  acc len {figure(b['acceptance_length'], '.2f')}  "
         f"spec {b['spec_hash'] or '-'}"
         for b in items
     ]
@@ -215,11 +212,11 @@ def benchmark(args: argparse.Namespace) -> int:
         lines.append(
             f"  c={lv['concurrency'] or '-'} rate={lv['request_rate'] or 'inf'}: "
             f"{s['completed']} ok, {s['failed']} failed, "
-            f"{_f(s['output_throughput'])} tok/s, TTFT p50 {_f(s['median_ttft_ms'])} ms, TPOT p50 "
-            f"{_f(s['median_tpot_ms'], '.2f')} ms, ITL p99 {_f(s['p99_itl_ms'], '.2f')} ms"
+            f"{figure(s['output_throughput'])} tok/s, TTFT p50 {figure(s['median_ttft_ms'])} ms, TPOT p50 "
+            f"{figure(s['median_tpot_ms'], '.2f')} ms, ITL p99 {figure(s['p99_itl_ms'], '.2f')} ms"
             + (
-                f", acceptance {_f(s.get('acceptance_rate'), '.3f')} "
-                f"(length {_f(s.get('acceptance_length'), '.2f')})"
+                f", acceptance {figure(s.get('acceptance_rate'), '.3f')} "
+                f"(length {figure(s.get('acceptance_length'), '.2f')})"
                 if s.get("acceptance_length")
                 else ""
             )
@@ -227,7 +224,7 @@ def benchmark(args: argparse.Namespace) -> int:
         if predicted := lv.get("predicted_acceptance_length"):
             drafted = len(s.get("spec_decode_per_position_acceptance_rates") or [])
             guesses = ", ".join(f"at k={k} ~{v:.2f}" for k, v in predicted.items())
-            measured = _f(s.get("acceptance_length"), ".2f")
+            measured = figure(s.get("acceptance_length"), ".2f")
             lines.append(f"    predicted acceptance length: {guesses} (measured at k={drafted}: {measured}; "
                          "from the per-position rates)")  # fmt: skip
     emit(args, b, "\n".join(lines))

@@ -26,6 +26,11 @@ def client(args: argparse.Namespace) -> Client:
 Add = Callable[[str, Callable[[argparse.Namespace], int], str], argparse.ArgumentParser]
 
 
+def figure(value: Any, fmt: str = ".1f") -> str:
+    """A number for a table, or '-' for none."""
+    return "-" if value is None else format(value, fmt)
+
+
 def emit(args: argparse.Namespace, data: Any, text: str) -> None:
     print(json.dumps(data, indent=2, default=str) if args.json else text)
 

@@ -4,15 +4,10 @@ promote (a variant written as a new profile file)."""
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from daemon.cli.client import ApiJson, Client
 from daemon.cli.exit_codes import EXIT_OK
-from daemon.cli.remote import Add, client, emit
-
-
-def _f(value: Any, fmt: str = ".1f") -> str:
-    return "-" if value is None else format(value, fmt)
+from daemon.cli.remote import Add, client, emit, figure
 
 
 def plan(c: Client, args: argparse.Namespace, body: ApiJson) -> int:
@@ -21,8 +16,8 @@ def plan(c: Client, args: argparse.Namespace, body: ApiJson) -> int:
     lines = [f"plan: {len(p['steps'])} steps over {p['base']}, {p['switches']} switches, about {about}"]
     for i, s in enumerate(p["steps"], 1):
         values = ", ".join(f"{k}={v}" for k, v in s["values"].items()) or "as it is"
-        lines.append(f"  {i:2}. {s['profile']}  ({values}); switch ~{_f(s['switch_s'], '.0f')} s, "
-                     f"benchmarks ~{_f(s['benchmark_s'], '.0f')} s")  # fmt: skip
+        lines.append(f"  {i:2}. {s['profile']}  ({values}); switch ~{figure(s['switch_s'], '.0f')} s, "
+                     f"benchmarks ~{figure(s['benchmark_s'], '.0f')} s")  # fmt: skip
     lines += [f"note: {n}" for n in p["notes"]]
     emit(args, p, "\n".join(lines))
     return EXIT_OK
@@ -40,11 +35,12 @@ def sweep_table(args: argparse.Namespace) -> int:
     for row in r["rows"]:
         cv = None if row["cv"] is None else 100 * row["cv"]
         cells = "".join(f"{str(row['values'].get(a, '(base)'))[:14]:>15}" for a in axes)
-        ratio = _f(row["ratio"], ".2f") + "x" if row["ratio"] else "-"
+        ratio = figure(row["ratio"], ".2f") + "x" if row["ratio"] else "-"
         lines.append(
-            f"{'*' if row['best'] else ' ':2}{row['profile'][:44]:44} {cells} {_f(row['value']):>9} "
-            f"{_f(cv):>5} {ratio:>7} {row['verdict'] or '-':13} {_f(row['acceptance_length'], '.2f'):>8} "
-            f"{_f(row['predicted_length'], '.2f'):>9}  " + ",".join(str(i) for i in row["run_ids"])
+            f"{'*' if row['best'] else ' ':2}{row['profile'][:44]:44} {cells} {figure(row['value']):>9} "
+            f"{figure(cv):>5} {ratio:>7} {row['verdict'] or '-':13} "
+            f"{figure(row['acceptance_length'], '.2f'):>8} "
+            f"{figure(row['predicted_length'], '.2f'):>9}  " + ",".join(str(i) for i in row["run_ids"])
         )
     if r["recommendation"]:
         lines.append(f"best: {r['recommendation']}")

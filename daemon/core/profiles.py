@@ -19,6 +19,12 @@ NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 UNIT_RE = re.compile(r"^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]+)?\.service$")
 
 EngineName = Literal["vllm", "sglang", "custom"]
+ENGINE_UNIT_PREFIX = "k25-engine@"  # the template unit k25-ctl installs: it runs `k25-ctl launch INSTANCE`
+
+
+def engine_unit(instance: str) -> str:
+    """The instance of k25-ctl's engine unit template (a profile's name, or a sweep's BASE.vN)."""
+    return f"{ENGINE_UNIT_PREFIX}{instance}.service"
 
 
 class Policy(enum.StrEnum):
@@ -160,7 +166,7 @@ class Profile(BaseModel):
             if self.health_path is None:
                 raise ValueError("health_path: engine 'custom' needs a health_path to probe")
         if not self.unit:
-            object.__setattr__(self, "unit", f"k25-engine@{self.name}.service")
+            object.__setattr__(self, "unit", engine_unit(self.name))
         return self
 
     @property

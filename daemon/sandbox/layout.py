@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.core.command import k25_command
-from daemon.core.profiles import under_private_tmp
+from daemon.core.profiles import engine_unit, under_private_tmp
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
@@ -249,7 +249,7 @@ def _let_orphans_escape(profiles: Path, units: Path) -> None:
     these profiles' units get a drop-in that allows it; teardown must still find and kill the orphan."""
     for f in profiles.glob("*.toml"):
         if '"--fault", "orphan"' in f.read_text():
-            drop_in = units / f"k25-engine@{f.stem}.service.d"
+            drop_in = units / f"{engine_unit(f.stem)}.d"
             drop_in.mkdir(parents=True, exist_ok=True)
             (drop_in / "orphan-fault.conf").write_text("[Service]\nProtectControlGroups=no\n")
 

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from daemon.core.errors import InvalidInput, NotFound
-from daemon.core.profiles import InvalidProfile, LoadedProfile
+from daemon.core.profiles import ENGINE_UNIT_PREFIX, InvalidProfile, LoadedProfile
 from daemon.core.settings import Settings
 from daemon.engines import engine_for
 from daemon.engines.checks import parse_checked_profile
@@ -25,8 +25,8 @@ def launch_file(settings: Settings, name: str) -> Path:
 def launch_name(unit: str, profile: str) -> str:
     """What `k25-ctl launch` is given: the instance of a k25-engine@ unit (a sweep's variant runs under
     k25-engine@BASE.vN), else the profile's name."""
-    instance = unit.removeprefix("k25-engine@").removesuffix(".service")
-    return instance if unit.startswith("k25-engine@") and instance else profile
+    instance = unit.removeprefix(ENGINE_UNIT_PREFIX).removesuffix(".service")
+    return instance if unit.startswith(ENGINE_UNIT_PREFIX) and instance else profile
 
 
 def write_launch(settings: Settings, lp: LoadedProfile, *, run_id: int, argv: list[str]) -> Path:
