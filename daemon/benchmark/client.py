@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
+import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
@@ -30,12 +31,36 @@ class LevelResult:
     duration: float  # first dispatch -> last completion (failed requests included)
 
 
+class _VllmLikeTransport(AiohttpTransport):
+    """aiohttp set up as `vllm bench serve` sets up its own session, and each request stamped when it is
+    handed to aiohttp: vLLM's TTFT counts from just before its `session.post`, and with it the look-ups a
+    session that trusts the environment makes per request, off the event loop (~/.netrc, HTTP(S)_PROXY /
+    NO_PROXY: two executor hops). Without them k25-ctl's TTFT came out 0.4-0.6 ms shorter than vLLM's on
+    the same requests (#26, perf/ttft_truth.py)."""
+
+    def __init__(self, connections: int) -> None:
+        def session() -> aiohttp.ClientSession:  # made on first use, inside the running loop
+            connector = aiohttp.TCPConnector(
+                limit=connections, limit_per_host=connections, keepalive_timeout=60
+            )
+            return aiohttp.ClientSession(connector=connector, trust_env=True)
+
+        super().__init__(client=session)
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        request.extensions[SENT] = time.perf_counter()
+        return await super().handle_async_request(request)
+
+
+SENT = "k25_sent"  # the request extension that holds when the transport took the request (perf_counter)
+
+
 def new_client(timeout_s: float, connections: int) -> httpx.AsyncClient:
     """httpx over aiohttp's transport: its C HTTP parser costs a fraction of h11's per streamed chunk; that
     lets one core follow 20,000+ tokens/s without skewing the timestamps (perf/client_accuracy.py)."""
-    limits = httpx.Limits(max_connections=connections, max_keepalive_connections=connections)
-    transport = AiohttpTransport(limits=limits, trust_env=False)
-    return httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(timeout_s, connect=10.0))
+    return httpx.AsyncClient(
+        transport=_VllmLikeTransport(connections), timeout=httpx.Timeout(timeout_s, connect=10.0)
+    )
 
 
 async def send(
@@ -50,6 +75,8 @@ async def send(
                 if r.status_code != 200:
                     text = (await r.aread()).decode(errors="replace")[:300]
                     return reader.finish(status=Status.HTTP, error=f"HTTP {r.status_code}: {text}")
+                if (handed := r.request.extensions.get(SENT)) is not None:
+                    reader.r.sent = handed - t0  # TTFT from where vLLM starts its clock (see the transport)
                 buf = b""
                 async for chunk in r.aiter_bytes():
                     # SSE by hand (bytes, not decoded lines): at 20k tokens/s the client's cost per event

@@ -4,11 +4,15 @@ is a record with its status, and Poisson arrivals follow their schedule."""
 from __future__ import annotations
 
 import asyncio
+import base64
 import itertools
 import json
 import socket
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from pathlib import Path
 
+import aiohttp
 import pytest
 
 from daemon.benchmark.client import Request, arrival_schedule, new_client, run_level, send
@@ -160,3 +164,68 @@ async def test_ttft_is_the_first_token_even_without_text(serve: Callable[[Handle
     # stream (ttft == e2el) with no gap at all. Nothing here depends on how fast this machine is.
     assert len(rec.gaps) == 1, rec.gaps
     assert rec.ttft + rec.gaps[0] == pytest.approx(rec.e2el)
+
+
+async def _recording_server(
+    first_token_s: float, seen: list[tuple[float, bytes]]
+) -> tuple[asyncio.Server, str]:
+    """A fake engine with a known first-token delay that notes, per request, when its last byte arrived
+    (this process's perf_counter: the client's clock) and its head."""
+
+    async def on_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length")
+        )
+        await reader.readexactly(length)
+        seen.append((time.perf_counter(), head))
+        writer.write(STREAM_HEAD)
+        await writer.drain()
+        await asyncio.sleep(first_token_s)
+        writer.write(_event(_chunk("a", 1)) + _event("[DONE]") + b"0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(on_conn, "127.0.0.1", 0)
+    return server, f"http://127.0.0.1:{server.sockets[0].getsockname()[1]}/v1/completions"
+
+
+async def test_requests_trust_the_environment_as_vllm_bench_serve_s_do(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """`vllm bench serve`'s aiohttp session trusts the environment: ~/.netrc and HTTP(S)_PROXY / NO_PROXY
+    are looked up for every request. k25-ctl's session is set up the same way: a netrc entry for the
+    engine's host arrives as Basic auth on every request."""
+    netrc = tmp_path / "netrc"
+    netrc.write_text("machine 127.0.0.1 login k25 password s3cret\n")
+    netrc.chmod(0o600)
+    monkeypatch.setenv("NETRC", str(netrc))
+    seen: list[tuple[float, bytes]] = []
+    server, url = await _recording_server(0.0, seen)
+    async with server, new_client(5, 2) as client:
+        res = await run_level(client, [Request(url, {})] * 3, concurrency=2, rate=None, timeout_s=5)
+    assert [r.status for r in res.records] == [Status.OK] * 3
+    basic = b"\r\nauthorization: basic " + base64.b64encode(b"k25:s3cret").lower()
+    assert [basic in head.lower() for _, head in seen] == [True] * 3, seen
+
+
+async def test_ttft_counts_the_per_request_set_up_as_vllm_s_does(monkeypatch: pytest.MonkeyPatch) -> None:
+    """#26: k25-ctl's TTFT was 0.4-0.6 ms shorter than vLLM's on the same requests because vLLM's counts
+    its session's per-request look-ups (netrc and proxies, in an executor) and k25-ctl's client made none.
+    Here the netrc look-up is made slow (50 ms: a home directory on a slow disk) and the fake engine's first
+    token comes 50 ms after the request: TTFT holds both, and the request reached the engine no sooner than
+    50 ms after its clock started. Lower bounds only: nothing depends on this machine's speed."""
+
+    def slow_netrc() -> None:
+        time.sleep(0.05)  # runs in aiohttp's executor, off the event loop
+
+    monkeypatch.setattr(aiohttp.client, "netrc_from_env", slow_netrc)
+    seen: list[tuple[float, bytes]] = []
+    server, url = await _recording_server(0.05, seen)
+    t0 = time.perf_counter()
+    async with server, new_client(5, 1) as client:
+        rec = await send(client, Request(url, {}), 0, t0, 5)
+    assert rec.status == Status.OK
+    assert rec.ttft is not None
+    assert rec.ttft >= 0.1, rec.ttft
+    assert seen[0][0] - (t0 + rec.sent) >= 0.05, (seen[0][0], t0 + rec.sent)
