@@ -125,11 +125,14 @@ class Mode:
 
 # Many short requests per round: a request's TTFT varies by +-35% with where in the engine's step it lands,
 # so TTFT within 3% takes thousands of requests per tool (32 requests of 256 tokens per round measured
-# throughput, TPOT and ITL within 0.5%, TTFT only within 10%).
+# throughput, TPOT and ITL within 0.5%, TTFT only within 10%). At a rate each tool's own arrivals bunch at
+# other moments than the other's, and its requests meet other batch sizes: per-round ITL ratios of
+# 0.95-1.15 with 128 requests (following vLLM's own arrival times instead paired each request with one of
+# vLLM's arriving in the same step: ITL within +-1.3%, TTFT +-3% as the two competed for the prefill).
 MODES = {
-    "c4": Mode("concurrency 4", 4, None, 256),
+    "c4": Mode("concurrency 4", 4, None, 384),
     "c1": Mode("concurrency 1", 1, None, 192),
-    "rate": Mode("rate 8 req/s", 128, 8.0, 128),
+    "rate": Mode("rate 8 req/s", 128, 8.0, 256),
 }
 # Student's t, two-sided 95%, by degrees of freedom (rounds - 1).
 T95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,
@@ -175,11 +178,8 @@ def k25(url: str, mode: Mode, work: list[tuple[str, int]]) -> dict[str, Any]:
     return asyncio.run(go())
 
 
-def paired(
-    url: str, spec: BenchmarkSpec, work: list[tuple[str, int]], seed: int, mode: Mode, out: Path
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """`vllm bench serve` and k25-ctl at the same time, each with the mode's settings: k25-ctl starts when
-    vLLM prints its main run's settings (its last line before the first request)."""
+def bench_serve(url: str, spec: BenchmarkSpec, seed: int, mode: Mode, out: Path) -> list[str]:
+    """`vllm bench serve`'s command line for the mode, on its own core, saving every request to `out`."""
     cmd = vllm("bench", "serve", "--backend", "vllm", "--base-url", url, "--endpoint", "/v1/completions",
                "--model", "tiny", "--tokenizer", str(CACHE / "model"), "--dataset-name", "random",
                "--random-input-len", str(spec.input_len), "--random-output-len", str(spec.max_tokens),
@@ -190,9 +190,17 @@ def paired(
                "--disable-tqdm", "--seed", str(seed), "--random-range-ratio", str(RANGE[0]))  # fmt: skip
     if mode.rate is not None:
         cmd += ["--request-rate", str(mode.rate)]
+    return [*CLIENT_CORE, *cmd]
+
+
+def paired(
+    url: str, spec: BenchmarkSpec, work: list[tuple[str, int]], seed: int, mode: Mode, out: Path
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """`vllm bench serve` and k25-ctl at the same time, each with the mode's settings: k25-ctl starts when
+    vLLM prints its main run's settings (its last line before the first request)."""
     env = os.environ | ENV | {"PYTHONUNBUFFERED": "1"}
-    proc = subprocess.Popen([*CLIENT_CORE, *cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True)  # fmt: skip
+    proc = subprocess.Popen(bench_serve(url, spec, seed, mode, out), env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)  # fmt: skip
     assert proc.stdout is not None
     said = []
     try:

@@ -3,14 +3,18 @@ against perf/stepped_streamer.py, a server that steps like a batched engine and 
 true TTFT (last byte of the request read -> first token written). Printed per tool: the mean and the
 deciles of (measured TTFT - true TTFT) over the same requests, and the mean TTFT itself. What a client
 adds on top of the truth is its own time: building and sending the request, and waking for the first
-chunk while the other streams' chunks of the same step are read. Needs scripts/realengine.sh's cache
-(vLLM's client and the tiny model's tokenizer). `python perf/ttft_truth.py [--rounds 6] [--concurrency 4]`"""
+chunk while the other streams' chunks of the same step are read. `--alone`: one tool after the other (the
+server's steps do not drift as a real engine's do, so the two see the same server): what each client adds
+without the other on its core. Needs scripts/realengine.sh's cache (vLLM's client and the tiny model's
+tokenizer). `python perf/ttft_truth.py [--rounds 6] [--concurrency 4] [--alone]`"""
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import statistics
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -20,7 +24,7 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from daemon.benchmark.spec import BenchmarkSpec
-from perf.fidelity import CLIENT_CORE, Mode, datasets, paired
+from perf.fidelity import CLIENT_CORE, ENV, Mode, bench_serve, datasets, k25, paired
 from perf.procs import free_port, serving
 
 
@@ -31,6 +35,7 @@ def main() -> None:
     ap.add_argument("--requests", type=int, default=128)
     ap.add_argument("--step-ms", type=float, default=3.0)
     ap.add_argument("--prefill-ms", type=float, default=5.0)
+    ap.add_argument("--alone", action="store_true", help="one tool after the other, not side by side")
     args = ap.parse_args()
     mode = Mode(f"concurrency {args.concurrency}", args.concurrency, None, args.requests)
     port = free_port()
@@ -48,7 +53,13 @@ def main() -> None:
             os.sched_setaffinity(0, {1})
         for seed in seeds:
             work = works[seed]
-            mine, theirs = paired(url, spec, work, seed, mode, Path(tmp) / f"ref-{seed}.json")
+            out = Path(tmp) / f"ref-{seed}.json"
+            if args.alone:
+                subprocess.run(bench_serve(url, spec, seed, mode, out), env=os.environ | ENV, check=True,
+                               capture_output=True, timeout=900)  # fmt: skip
+                theirs, mine = json.loads(out.read_text()), k25(url, mode, work)
+            else:
+                mine, theirs = paired(url, spec, work, seed, mode, out)
             truth = httpx.get(url + "/truth", timeout=10).json()
             for tool, key, measured in (("k25", "1", mine["ttfts"]), ("vllm", "0", theirs["ttfts"])):
                 for (prompt, _), t in zip(work, measured, strict=True):
@@ -56,7 +67,8 @@ def main() -> None:
                         errors[tool].append(1000 * (t - truth[f"{key}:{prompt}"]))
                         ttfts[tool].append(1000 * t)
     print(f"stepped server: a step every {args.step_ms} ms, prefill {args.prefill_ms} ms; {args.rounds} rounds of "
-          f"{args.requests} requests per tool at concurrency {args.concurrency}, side by side; engine-like "
+          f"{args.requests} requests per tool at concurrency {args.concurrency}, "
+          f"{'one after the other' if args.alone else 'side by side'}; engine-like "
           f"server on core 0, both clients on core 1" if CLIENT_CORE else "")  # fmt: skip
     for tool, name in (("k25", "k25-ctl"), ("vllm", "vllm bench serve")):
         e = errors[tool]
