@@ -131,8 +131,8 @@ class Mode:
 # vLLM's arriving in the same step: ITL within +-1.3%, TTFT +-3% as the two competed for the prefill).
 MODES = {
     "c4": Mode("concurrency 4", 4, None, 384),
-    "c1": Mode("concurrency 1", 1, None, 192),
-    "rate": Mode("rate 8 req/s", 128, 8.0, 256),
+    "c1": Mode("concurrency 1", 1, None, 288),
+    "rate": Mode("rate 8 req/s", 128, 8.0, 512),
 }
 # Student's t, two-sided 95%, by degrees of freedom (rounds - 1).
 T95 = {1: 12.71, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262, 10: 2.228,

@@ -53,6 +53,19 @@ def inside(info: sbx.SandboxInfo, *argv: str, timeout: float = 120) -> subproces
     return subprocess.run(info.inside(list(argv)), capture_output=True, text=True, timeout=timeout)
 
 
+def daemon_pid(info: sbx.SandboxInfo) -> str:
+    return inside(info, "systemctl", "show", "-p", "MainPID", "--value", "k25-ctl.service").stdout.strip()
+
+
+def kill_daemon(api: Api, info: sbx.SandboxInfo) -> None:
+    """SIGKILL to the daemon (its engine units run on), then until systemd has started a new one that
+    answers."""
+    old = daemon_pid(info)
+    assert inside(info, "systemctl", "kill", "-s", "KILL", "k25-ctl.service").returncode == 0
+    api.wait_until(lambda: daemon_pid(info) not in ("0", old) and api.client.get("/healthz").status_code == 200,
+                   within_s=60, what="daemon restarted")  # fmt: skip
+
+
 class Api:
     """The daemon's REST API in a sandbox, with its token."""
 

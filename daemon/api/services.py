@@ -115,7 +115,8 @@ class Services:
         """Read the profiles, settle with systemd (what a restart cut short), then follow and sample."""
         profiles = await self.inventory.reload_profiles()
         rec = await reconcile(profiles, systemd=self.host.systemd, recorder=self.recorder, serving=self.watch,
-                              parking=self.switcher.parking)  # fmt: skip
+                              parking=self.switcher.parking,
+                              stop_timeout_s=self.settings.stop_timeout_s)  # fmt: skip
         await self.switcher.after_restart(rec.resume or rec.restore, resume=rec.resume is not None)
         self.watch.follow_units()
         self.policies.start()

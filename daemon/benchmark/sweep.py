@@ -20,8 +20,8 @@ from daemon.core.profiles import (
     LoadedProfile,
     Profile,
     SpeculativeConfig,
-    engine_unit,
     profile_from_data,
+    variant_unit,
 )
 from daemon.engines import engine_for
 from daemon.engines.checks import engine_check
@@ -220,7 +220,7 @@ def derive(
         data = doc.unwrap()  # plain objects, apart from the document
         for key in PARK_KEYS:
             data.pop(key, None)
-        data |= {"name": p.name, "unit": engine_unit(f"{p.name}.v{len(sweep.variants) + 1}")}
+        data |= {"name": p.name, "unit": variant_unit(p.name, len(sweep.variants) + 1)}
         item = profile_from_data(base.file, p.name, data, base.sha256, check_paths=check_paths,
                                  engine_check=engine_check)  # fmt: skip
         if isinstance(item, InvalidProfile):

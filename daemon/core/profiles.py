@@ -27,6 +27,14 @@ def engine_unit(instance: str) -> str:
     return f"{ENGINE_UNIT_PREFIX}{instance}.service"
 
 
+def variant_unit(base: str, n: int) -> str:
+    """The unit of a sweep's n-th variant of `base`: never a profile's, as a profile's name has no dot."""
+    return engine_unit(f"{base}.v{n}")
+
+
+VARIANT_UNITS = engine_unit("*.v*")  # every sweep's variant units, as a systemd unit pattern
+
+
 class Policy(enum.StrEnum):
     """What the serving watch does when the engine crashes (`on_failure`) or hangs (`on_hang`)."""
 

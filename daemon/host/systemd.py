@@ -25,6 +25,12 @@ from daemon.host.systemd_dbus import (
 )
 
 Action = Literal["start", "stop"]
+RUNNING = (
+    "active",
+    "activating",
+    "deactivating",
+    "reloading",
+)  # a unit with processes, as far as systemd knows
 
 
 @dataclass(frozen=True)
@@ -73,6 +79,7 @@ class SystemdPort(Protocol):
     async def stop(self, unit: str, *, within_s: float) -> JobOutcome: ...
     async def state(self, unit: str) -> UnitState: ...
     async def reset_failed(self, unit: str) -> None: ...
+    async def running(self, pattern: str) -> list[str]: ...
     def watch(self, unit: str) -> AbstractAsyncContextManager[AsyncIterator[UnitState]]: ...
 
 
@@ -170,6 +177,14 @@ class SdbusSystemd:
             await self._manager.reset_failed_unit(unit)
         except SdBusBaseError as e:
             raise translate(e, unit) from e
+
+    async def running(self, pattern: str) -> list[str]:
+        """The units matching a glob that are up, starting or stopping (systemd's ListUnitsByPatterns)."""
+        try:
+            rows = await self._manager.list_units_by_patterns(list(RUNNING), [pattern])
+        except SdBusBaseError as e:
+            raise translate(e) from e
+        return sorted(row[0] for row in rows)
 
     @asynccontextmanager
     async def watch(self, unit: str) -> AsyncIterator[AsyncIterator[UnitState]]:

@@ -17,7 +17,7 @@ from daemon.core.errors import StoreError, StoreUnwritable
 from daemon.core.jsontypes import StoredJson
 from daemon.core.run_types import FINAL_OUTCOMES, NewRun, Outcome, Phase, Progress, RunKind
 from daemon.store.db import healthy, make_engine, move_aside, private, upgrade
-from daemon.store.models import Run, RunEvent, TeardownRecord, utcnow
+from daemon.store.models import Experiment, Run, RunEvent, TeardownRecord, utcnow
 
 
 @dataclass(frozen=True)
@@ -289,12 +289,33 @@ class Store:
             q = select(Run).where(Run.kind == kind, Run.outcome == Outcome.RUNNING).order_by(col(Run.id))
             return list(s.exec(q).all())
 
+    def interrupted_sweep(self, run_ids: Collection[int]) -> SweepLeft | None:
+        """The newest of these runs that was a sweep: what it was to restore, and its variants' units."""
+        with self.session() as s:
+            q = select(Experiment).where(col(Experiment.run_id).in_(list(run_ids)))
+            for exp in s.exec(q.order_by(col(Experiment.run_id).desc())).all():
+                request = json.loads(exp.request)
+                if isinstance(request, dict) and request.get("vary"):
+                    back = request.get("restore_to")
+                    units = {str(v["unit"]): str(v["name"]) for v in request.get("variants") or ()}
+                    return SweepLeft(exp.run_id, back if isinstance(back, str) else None, units)
+            return None
+
     def last_good_profile(self) -> str | None:
         """The profile of the newest run that ended active: what rollback returns to."""
         with self.session() as s:
             q = select(Run).where(Run.outcome == Outcome.ACTIVE).order_by(col(Run.id).desc()).limit(1)
             run = s.exec(q).first()
             return run.profile if run else None
+
+
+@dataclass(frozen=True)
+class SweepLeft:
+    """A sweep that a daemon restart cut short."""
+
+    run_id: int
+    restore_to: str | None
+    variants: dict[str, str]  # unit -> variant name
 
 
 def require_run(s: Session, run_id: int) -> Run:

@@ -1,5 +1,7 @@
 """After a daemon (re)start: unfinished runs become `interrupted`, the active profile is whichever managed
-unit systemd says is active (stray engine processes are the sampler's to report, not to kill)."""
+unit systemd says is active (stray engine processes are the sampler's to report, not to kill). A sweep's
+variant still running is stopped, and the profile the sweep was to restore comes back: its variants are
+profiles only while the sweep runs, so nothing else would ever stop it."""
 
 from __future__ import annotations
 
@@ -10,7 +12,7 @@ from dataclasses import dataclass
 
 from daemon.core.errors import K25Error
 from daemon.core.hoststate import HostState
-from daemon.core.profiles import ProfileSet
+from daemon.core.profiles import VARIANT_UNITS, ProfileSet
 from daemon.core.run_types import CutShort, Phase, RunKind
 from daemon.host.systemd import SystemdPort
 from daemon.runs.recorder import HostAfter, RunRecorder
@@ -37,9 +39,11 @@ async def reconcile(
     recorder: RunRecorder,
     serving: ServingHooks,
     parking: Parking,
+    stop_timeout_s: float,
 ) -> Reconciled:
     store = recorder.store
     parked = await parking.readopt(profiles)  # asleep on purpose: parked again, never taken for active
+    variants = await _stop_variants(profiles, systemd, stop_timeout_s)
     active = []
     for name, lp in profiles.valid.items():
         if name in parked:
@@ -58,6 +62,8 @@ async def reconcile(
     interrupted = await asyncio.to_thread(store.mark_interrupted, keep)
     for run_id in interrupted:
         log.warning("run %d: interrupted (the daemon stopped during the run)", run_id)
+    if chosen is None and (variants or restore is not None):
+        restore = await _sweep_cut(store, interrupted, restore, variants, profiles)
     if chosen and not resume:
         recorder.settle(HostAfter(HostState.ACTIVE, chosen))
         await serving.begin(profiles.valid[chosen], parent=None, adopt_run=keep[0] if keep else None)
@@ -78,3 +84,37 @@ async def _last_switch(store: Store) -> CutShort | None:
     if last is None or last.id is None or last.profile is None:
         return None
     return CutShort(last.id, RunKind(last.kind), last.profile, last.from_profile, Phase(last.phase))
+
+
+async def _stop_variants(profiles: ProfileSet, systemd: SystemdPort, within_s: float) -> list[str]:
+    """Stop every sweep variant unit that runs: the sweep that started it died with the daemon."""
+    owned = {lp.profile.unit for lp in profiles.valid.values()}
+    stopped = []
+    for unit in await systemd.running(VARIANT_UNITS):
+        if unit in owned:
+            continue
+        try:
+            outcome = await systemd.stop(unit, within_s=within_s)
+        except K25Error as e:
+            log.error("%s: a sweep's variant left running, not stopped: %s", unit, e)
+            continue
+        log.warning("stopped %s (job %s, %s): a sweep's variant left running when the daemon stopped "
+                    "during the sweep", unit, outcome.job_result, outcome.state.active_state)  # fmt: skip
+        stopped.append(unit)
+    return stopped
+
+
+async def _sweep_cut(
+    store: Store, interrupted: list[int], cut: CutShort | None, variants: list[str], profiles: ProfileSet
+) -> CutShort | None:
+    """With nothing serving: a sweep the restart cut short restores what it was to restore (not a variant,
+    which is no profile now); anything else is the switch's own undo."""
+    if cut is not None and cut.profile in profiles.valid:
+        return cut
+    sweep = await asyncio.to_thread(store.interrupted_sweep, interrupted)
+    if sweep is None:
+        return cut
+    variant = cut.profile if cut is not None else sweep.variants.get(variants[0], variants[0])
+    log.warning("run %d: a sweep cut short by the restart (at %s): restoring %s", sweep.run_id, variant,
+                sweep.restore_to or "the last known-good profile")  # fmt: skip
+    return CutShort(sweep.run_id, RunKind.EXPERIMENT, variant, sweep.restore_to, Phase.INTERRUPTED)

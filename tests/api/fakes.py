@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import fnmatch
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -92,6 +93,12 @@ class FakeSystemd:
         for q in self.watchers.get(unit, []):
             q.put_nowait(st)
         return st
+
+    async def running(self, pattern: str) -> list[str]:
+        up = ("active", "activating", "deactivating", "reloading")
+        return sorted(
+            u for u, st in self.states.items() if fnmatch.fnmatchcase(u, pattern) and st.active_state in up
+        )
 
     async def state(self, unit: str) -> UnitState:
         if unit not in self.known:

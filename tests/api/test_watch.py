@@ -154,6 +154,13 @@ async def test_serving_metrics_rows_with_a_counter_reset(env: Env) -> None:
     assert series["live"]
     text = (await env.client.get("/metrics")).text
     assert 'k25_serving_tokens_per_second{profile="alpha"}' in text
-    run = (await env.client.get(f"/runs/{st['serving_run_id']}")).json()
-    assert run["generation_tokens"] == sum(r["generation_tokens"] for r in series["rows"])
+
+    async def totals_agree() -> bool:
+        # Two reads: a row the watch writes between them (a scrape popped above but not yet accounted)
+        # moves the run's total first; a row and the run's totals are one transaction, so they meet again.
+        rows = (await env.client.get(f"/runs/{st['serving_run_id']}/metrics")).json()["rows"]
+        run = (await env.client.get(f"/runs/{st['serving_run_id']}")).json()
+        return bool(run["generation_tokens"] == sum(r["generation_tokens"] for r in rows))
+
+    await eventually(totals_agree, what="the run's generated tokens equal to its rows' sum")
     assert (await env.client.get("/runs/999/metrics")).status_code == 404

@@ -14,11 +14,7 @@ import httpx
 import psutil
 
 from daemon.sandbox.sandbox import SandboxInfo
-from tests.sandboxing import Api, inside
-
-
-def _daemon_pid(sandbox: SandboxInfo) -> str:
-    return inside(sandbox, "systemctl", "show", "-p", "MainPID", "--value", "k25-ctl.service").stdout.strip()
+from tests.sandboxing import Api, inside, kill_daemon
 
 
 def _served(port: int) -> list[Any]:
@@ -27,18 +23,11 @@ def _served(port: int) -> list[Any]:
             if c.status == psutil.CONN_ESTABLISHED and c.laddr and c.laddr.port == port]  # fmt: skip
 
 
-def _restarted(api: Api, sandbox: SandboxInfo, old: str) -> None:
-    api.wait_until(lambda: _daemon_pid(sandbox) not in ("0", old) and api.client.get("/healthz").status_code == 200,
-                   within_s=60, what="daemon restarted")  # fmt: skip
-
-
 def test_killed_during_stop_brings_the_known_good_back(api: Api, sandbox: SandboxInfo) -> None:
     assert api.activate("stubborn", force=True)["outcome"] == "active"  # ignores SIGTERM: a 3 s stop
     run_id = api.activate("baseline", wait=False)["run_id"]
     api.wait_until(lambda: api.status()["phase"] == "stop", what="stop phase")
-    old = _daemon_pid(sandbox)
-    assert inside(sandbox, "systemctl", "kill", "-s", "KILL", "k25-ctl.service").returncode == 0
-    _restarted(api, sandbox, old)
+    kill_daemon(api, sandbox)
     assert api.run(run_id)["outcome"] == "interrupted"
     # Nothing ran after the restart: the switch's undo is finished, the previous known-good comes back.
     restore = api.wait_until(

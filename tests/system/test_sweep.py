@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from daemon.sandbox.sandbox import SandboxInfo
-from tests.sandboxing import Api
+from tests.sandboxing import Api, inside, kill_daemon
 
 # Not test_bench.py's spec: the sweeps' benchmarks stay out of its comparison whichever runs first.
 SPEC = {"concurrency": [1], "num_prompts": 4, "max_tokens": 64, "warmups": 1}
@@ -174,3 +174,37 @@ def test_a_bad_sweep_is_refused_with_nothing_switched(api: Api) -> None:
     new = [i for i in _runs(api) if i not in runs]
     assert [api.run(i)["kind"] for i in new] == ["benchmark"]  # nothing switched
     assert api.status()["active_profile"] == "baseline"
+
+
+def test_a_daemon_killed_mid_sweep_stops_its_variant_and_restores(api: Api, sandbox: SandboxInfo) -> None:
+    """The daemon dies while a variant serves. After the restart the variant's unit is stopped (it is no
+    profile now: nothing else would ever stop it), the sweep is `interrupted`, and the profile it was to
+    restore comes back, as a rollback whose parent is the sweep."""
+    api.activate("baseline")
+    body = {"profiles": ["sweepy"], "vary": {"spec-tokens": [1, 2]}, "benchmark": SPEC | {"num_prompts": 24}}
+    r = api.client.post("/experiments", json=body)
+    assert r.status_code == 202, r.text
+    exp_id = r.json()["run_id"]
+    api.wait_until(
+        lambda: "~" in (api.status()["active_profile"] or ""), within_s=300, what="a variant serving"
+    )
+    listed = inside(sandbox, "systemctl", "list-units", "--plain", "--no-legend", "--state=active",
+                    "k25-engine@sweepy.v*")  # fmt: skip
+    kill_daemon(api, sandbox)
+    units = [line.split()[0] for line in listed.stdout.splitlines() if line.strip()]
+    assert len(units) == 1, listed.stdout
+    assert api.run(exp_id)["outcome"] == "interrupted"
+    api.wait_until(
+        lambda: inside(sandbox, "systemctl", "is-active", units[0]).stdout.strip() in ("inactive", "failed"),
+        what=f"{units[0]} stopped",
+    )
+    restore = api.wait_until(
+        lambda: next((r for r in api.client.get("/runs").json() if r["parent_id"] == exp_id), None),
+        what="the restoring run",
+    )
+    restore = api.wait_run(restore["id"])
+    assert (restore["kind"], restore["profile"], restore["outcome"]) == ("rollback", "baseline", "active")
+    assert api.status()["active_profile"] == "baseline"
+    assert not [p for p in api.client.get("/profiles").json() if "~" in p["name"]]
+    journal = inside(sandbox, "journalctl", "-u", "k25-ctl.service", "-o", "cat", "--no-pager").stdout
+    assert f"stopped {units[0]}" in journal, journal[-3000:]

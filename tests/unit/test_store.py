@@ -10,8 +10,9 @@ from alembic import command
 
 from daemon.core.errors import StoreError
 from daemon.core.run_types import NewRun, Outcome, Phase, Progress, RunKind
+from daemon.store.bench import BenchStore
 from daemon.store.db import alembic_config, downgrade, upgrade
-from daemon.store.queries import Store
+from daemon.store.queries import Store, SweepLeft
 
 
 def _tables(path: Path) -> set[str]:
@@ -116,3 +117,21 @@ def test_the_summary_kept_current_equals_a_fresh_aggregate(tmp_path: Path) -> No
     assert {k: v for k, v in kept.counts.items() if v} == fresh.counts
     assert (kept.load_seconds, kept.teardown_seconds) == (fresh.load_seconds, fresh.teardown_seconds)
     assert kept.switch_seconds.keys() == fresh.switch_seconds.keys()
+
+
+def test_an_interrupted_sweep_says_what_it_was_to_restore(tmp_path: Path) -> None:
+    """After a restart: of the runs just interrupted, the newest sweep, its restore target and its variants'
+    units (an experiment that varied nothing is not a sweep)."""
+    store = Store.open(tmp_path / "k25.db")
+    bench = BenchStore(store)
+    older, plain, sweep = (store.create_run(NewRun(RunKind.EXPERIMENT, None, "baseline")) for _ in range(3))
+    variant = {"name": "sweepy~spec-tokens=1", "unit": "k25-engine@sweepy.v1.service"}
+    bench.create_experiment(run_id=older, request={"vary": {"x": [1]}, "restore_to": "old", "variants": []})
+    bench.create_experiment(run_id=plain, request={"vary": {}, "restore_to": "baseline"})
+    bench.create_experiment(run_id=sweep, request={"vary": {"spec-tokens": [1]}, "restore_to": "baseline",
+                                                   "variants": [variant]})  # fmt: skip
+    assert store.interrupted_sweep([plain, sweep, older]) == SweepLeft(
+        sweep, "baseline", {"k25-engine@sweepy.v1.service": "sweepy~spec-tokens=1"}
+    )
+    assert store.interrupted_sweep([plain]) is None
+    assert store.interrupted_sweep([]) is None
