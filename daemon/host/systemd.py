@@ -25,12 +25,8 @@ from daemon.host.systemd_dbus import (
 )
 
 Action = Literal["start", "stop"]
-RUNNING = (
-    "active",
-    "activating",
-    "deactivating",
-    "reloading",
-)  # a unit with processes, as far as systemd knows
+# The states of a unit with processes, as far as systemd knows.
+RUNNING = ("active", "activating", "deactivating", "reloading")
 
 
 @dataclass(frozen=True)

@@ -19,7 +19,7 @@ from daemon.host.journal import JournalRecord
 from daemon.host.procs import ProcInfo
 from daemon.host.shm import ShmEntry
 from daemon.host.signals import PidfdControl
-from daemon.host.systemd import JobOutcome, UnitState
+from daemon.host.systemd import RUNNING, JobOutcome, UnitState
 from daemon.host.timers import TimerSpec, TimerState
 from daemon.teardown.execute import Teardown
 from daemon.teardown.plan import TeardownPolicy
@@ -95,9 +95,10 @@ class FakeSystemd:
         return st
 
     async def running(self, pattern: str) -> list[str]:
-        up = ("active", "activating", "deactivating", "reloading")
         return sorted(
-            u for u, st in self.states.items() if fnmatch.fnmatchcase(u, pattern) and st.active_state in up
+            u
+            for u, st in self.states.items()
+            if fnmatch.fnmatchcase(u, pattern) and st.active_state in RUNNING
         )
 
     async def state(self, unit: str) -> UnitState:

@@ -31,13 +31,19 @@ def _chunk(text: str, n: int) -> str:
     return json.dumps({"choices": [{"index": 0, "text": text}], "usage": usage})
 
 
+async def _read_request(reader: asyncio.StreamReader) -> bytes:
+    """One request read to its last byte; its head."""
+    head = await reader.readuntil(b"\r\n\r\n")
+    length = next(
+        int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length")
+    )
+    await reader.readexactly(length)
+    return head
+
+
 async def _serve(handler: Handler) -> tuple[asyncio.Server, str]:
     async def on_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length")
-        )
-        await reader.readexactly(length)
+        await _read_request(reader)
         await handler(writer)
         writer.close()
 
@@ -173,11 +179,7 @@ async def _recording_server(
     (this process's perf_counter: the client's clock) and its head."""
 
     async def on_conn(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        head = await reader.readuntil(b"\r\n\r\n")
-        length = next(
-            int(x.split(b":")[1]) for x in head.split(b"\r\n") if x.lower().startswith(b"content-length")
-        )
-        await reader.readexactly(length)
+        head = await _read_request(reader)
         seen.append((time.perf_counter(), head))
         writer.write(STREAM_HEAD)
         await writer.drain()
