@@ -2,7 +2,7 @@
 production profiles (the fake vLLM, a cold start of --load-seconds), one with `park = "sleep"`; for each,
 an experiment from it to vllm-eagle3 and back. Prints each restore's total time (drain, stop, teardown,
 then the start or the wake, the probe) and its ready time (from the start or wake to active), and the
-ratios. Needs root (the sandbox). `python perf/park.py [--load-seconds 20] [--wake-gbps 25]`"""
+ratios, and the known-answer check's seconds beside the wake's. Needs root (the sandbox). `python perf/park.py [--load-seconds 20] [--wake-gbps 25]`"""
 
 from __future__ import annotations
 
@@ -81,6 +81,14 @@ def main() -> None:
         print(f"{label:22} {total[name]:>8.2f} {ready[name]:>8.2f}  {stages}")
     print(
         f"ratio park/cold: total {total['parks'] / total['plain']:.3f}, ready {ready['parks'] / ready['plain']:.3f}"
+    )
+    woke = runs["parks"]["load_stages"] or {}
+    check, wake = woke.get("known_answer"), woke.get("wake")
+    if check is None or wake is None:
+        sys.exit(f"the wake recorded no wake or known_answer stage: {woke}")
+    print(
+        f"known-answer check after the wake: {check:.2f}s beside the wake's {wake:.2f}s "
+        f"(ratio {check / wake:.2f}; target <= 0.5 s at 82 tok/s single-stream)"
     )
 
 

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from daemon.api.schemas import Out, SafeArgv, SafeOptionalText, SafeText
+from daemon.api.schemas import AgreementOut, Out, SafeArgv, SafeOptionalText, SafeText
 from daemon.benchmark.compare import Row
 from daemon.core.jsontypes import RequestRow, StoredJson, VllmSummary
 from daemon.core.profiles import NAME_RE
@@ -89,6 +89,7 @@ class ExperimentOut(BaseModel):
     request: StoredJson  # as posted, with the profile it restores to
     steps: list[StepOut]
     restore: RestoreOut | None = None
+    answers: list[AgreementOut] = []  # each profile's known answer against the default profile's
 
 
 class ScheduleOut(BaseModel):
@@ -116,6 +117,7 @@ class CompareOut(BaseModel):
     metric: str
     rows: list[Row]  # the comparison's own rows (benchmark/compare.py)
     notes: list[str]
+    answers: list[AgreementOut] = []  # each profile's known answer against the baseline's
 
 
 class PlanStepOut(BaseModel):

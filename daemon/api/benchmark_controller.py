@@ -8,6 +8,7 @@ from dataclasses import asdict
 from datetime import datetime
 from typing import TypedDict
 
+from daemon.api.answers_view import agreement_out
 from daemon.api.bench_schemas import (
     BenchmarkLevelOut,
     BenchmarkOut,
@@ -33,13 +34,14 @@ from daemon.core.jsontypes import VllmSummary
 from daemon.core.run_types import RunKind
 from daemon.store.bench import BenchmarkView, ExperimentView, unpack
 from daemon.store.models import Run
+from daemon.switching.known_answer import KnownAnswers
 
 COMPARE_WINDOW = 500  # newest benchmarks compare reads
 
 
 class BenchController:
-    def __init__(self, benchmarks: Benchmarks, schedules: Schedules) -> None:
-        self.svc, self.schedules = benchmarks, schedules
+    def __init__(self, benchmarks: Benchmarks, schedules: Schedules, answers: KnownAnswers) -> None:
+        self.svc, self.schedules, self.answers = benchmarks, schedules, answers
         self.bench_store = benchmarks.bench_store
         self.store = benchmarks.store
 
@@ -98,10 +100,18 @@ class BenchController:
         found = await asyncio.to_thread(self.bench_store.experiment, run_id=run_id)
         if found is None:
             raise NotFound(f"no experiment run {run_id}")
-        return experiment_out(found)
+        return self._with_answers(experiment_out(found))
 
     async def experiments(self, *, limit: int) -> list[ExperimentOut]:
-        return [experiment_out(e) for e in await asyncio.to_thread(self.bench_store.experiments, limit=limit)]
+        found = await asyncio.to_thread(self.bench_store.experiments, limit=limit)
+        return [self._with_answers(experiment_out(e)) for e in found]
+
+    def _with_answers(self, out: ExperimentOut) -> ExperimentOut:
+        """How each profile it measured answers, next to the default profile's known answer."""
+        agreed = self.answers.agreements(self.answers.default_profile)
+        measured = dict.fromkeys(s.profile for s in out.steps)
+        rows = [agreement_out(name, agreed[name]) for name in measured if name in agreed]
+        return out.model_copy(update={"answers": rows})
 
     async def plan(self, req: ExperimentRequest) -> PlanOut:
         return PlanOut.model_validate(asdict(await self.svc.plan(req)))
@@ -124,7 +134,9 @@ class BenchController:
         views = await asyncio.to_thread(self.bench_store.recent, limit=COMPARE_WINDOW)
         rows = finished(views)
         result = compare(rows, baseline=baseline, spec_hash=spec_hash)
-        return CompareOut.model_validate(asdict(result))
+        agreed = self.answers.agreements(baseline)
+        answers = [agreement_out(name, a) for name, a in sorted(agreed.items())]
+        return CompareOut.model_validate(asdict(result) | {"answers": answers})
 
 
 class RunFields(TypedDict):

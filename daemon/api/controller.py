@@ -7,6 +7,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import asdict
 
+from daemon.api.answers_view import known_answer_out
 from daemon.api.benchmark_controller import BenchController
 from daemon.api.http import sse_frame
 from daemon.api.schemas import (
@@ -47,6 +48,7 @@ from daemon.status.exporter import render as render_metrics
 from daemon.status.inventory import Inventory, ProfileEntry
 from daemon.status.sampler import HostSampler
 from daemon.store.queries import RunView, Store
+from daemon.switching.known_answer import KnownAnswers
 from daemon.switching.parking import Parking
 from daemon.switching.transaction import Switcher
 from daemon.teardown.execute import Teardown
@@ -68,6 +70,7 @@ class Controller:
         jobs: Jobs,
         warms: WarmService,
         parking: Parking,
+        answers: KnownAnswers,
         collector: K25Collector,
     ) -> None:
         self.inventory, self.sampler, self.switcher = inventory, sampler, switcher
@@ -77,6 +80,7 @@ class Controller:
         self.hub: StateHub = recorder.hub
         self.default_profile = default_profile
         self.collector = collector
+        self.answers = answers
         self.status_view = StatusView(self.status, self._status_marks)
         self._frame: tuple[HostStatus, bytes] | None = None  # the newest /events frame
 
@@ -127,8 +131,15 @@ class Controller:
     async def profiles(self) -> list[ProfileOut]:
         units = await self.inventory.unit_states(self.watch.unit_states)
         infos = self.inventory.profile_list(units, self.warms.residency())
+        known = self.answers.views()
         return [
-            profile_out(e).model_copy(update={"parked": self.parking.get(e.name) is not None}) for e in infos
+            profile_out(e).model_copy(
+                update={
+                    "parked": self.parking.get(e.name) is not None,
+                    "known_answer": known_answer_out(e.name, v) if (v := known.get(e.name)) else None,
+                }
+            )
+            for e in infos
         ]
 
     async def profile(self, name: str) -> ProfileOut:

@@ -282,6 +282,41 @@ class ResidencyOut(Out):
     missing: list[str] = []  # model/drafter paths that do not exist here
 
 
+class AnswerOut(Out):
+    kind: str  # completion | chat
+    prompt: SafeText
+    text: SafeText
+    tokens: int  # how many tokens it was compared by (0: by its text)
+
+
+class AgreementRequestOut(Out):
+    kind: str
+    first_difference: int | None  # the first token (character without tokens) that differs; None: equal
+    length: int
+
+
+class AgreementOut(Out):
+    """How a profile's known answer agrees with another's: greedy decoding, speculative or not, should
+    give the same tokens for the same model (information, not a gate)."""
+
+    profile: str
+    other: str
+    equal: bool
+    from_first_token: bool  # differs at once everywhere: another model, or a drafter that breaks output
+    requests: list[AgreementRequestOut]
+    text: str
+
+
+class KnownAnswerOut(Out):
+    """The greedy answer recorded after the profile's last cold start: every wake must give it again."""
+
+    run_id: int
+    recorded_at: datetime
+    age_s: float
+    answers: list[AnswerOut]
+    agreement: AgreementOut | None  # with the default profile (None: it is the default, or no answer)
+
+
 class ProfileOut(Out):
     name: str
     valid: bool
@@ -301,6 +336,7 @@ class ProfileOut(Out):
     warm: str | None = None  # off | on-switch | always
     residency: ResidencyOut | None = None  # the newest background scan (None before the first)
     parked: bool = False  # asleep (parking): activating it wakes it
+    known_answer: KnownAnswerOut | None = None
 
 
 class AcceptedOut(Out):

@@ -37,9 +37,11 @@ from daemon.status.exporter import K25Collector
 from daemon.status.inventory import Inventory
 from daemon.status.sampler import HostSampler
 from daemon.store.bench import BenchStore
+from daemon.store.known_answers import KnownAnswerStore
 from daemon.store.parked import ParkedStore
 from daemon.store.queries import Store
 from daemon.switching.drain import DrainTimes
+from daemon.switching.known_answer import KnownAnswers
 from daemon.switching.launch import write_launch
 from daemon.switching.parking import Parking
 from daemon.switching.ports import SwitchPorts
@@ -104,6 +106,7 @@ class Services:
     sampler: HostSampler
     warms: WarmService
     switcher: Switcher
+    answers: KnownAnswers
     policies: Policies
     controller: Controller
 
@@ -114,6 +117,7 @@ class Services:
     async def start(self) -> None:
         """Read the profiles, settle with systemd (what a restart cut short), then follow and sample."""
         profiles = await self.inventory.reload_profiles()
+        await self.answers.load()
         rec = await reconcile(profiles, systemd=self.host.systemd, recorder=self.recorder, serving=self.watch,
                               parking=self.switcher.parking,
                               stop_timeout_s=self.settings.stop_timeout_s)  # fmt: skip
@@ -151,10 +155,17 @@ async def build(settings: Settings, host: HostPorts) -> Services:
     switch_ports = SwitchPorts(host.systemd, host.journal, host.teardown, host.prober)
     warmer = Warmer(PageCache(), mem_available=mem_available, reserve=s.warm_reserve_bytes,
                     workers=s.warm_workers, block=s.warm_block_bytes)  # fmt: skip
+    answers = KnownAnswers(
+        store=KnownAnswerStore(store),
+        prober=host.prober,
+        default_profile=s.default_profile,
+        profiles=inventory.current,
+    )
     parking = Parking(
         ports=switch_ports,
         recorder=recorder,
         store=ParkedStore(store),
+        answers=answers,
         weight_bytes=lambda p: warmer.scan(p).bytes,
         mem_available=mem_available,
         ram_reserve_bytes=s.park_ram_reserve_bytes,
@@ -195,6 +206,7 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         drain=DrainTimes(s.drain_grace_s, s.drain_timeout_s, s.drain_poll_s),
         warm=warms.before_start,
         parking=parking,
+        answers=answers,
     )
     policies = Policies(s, recorder.hub, incidents, switcher)
     benchmarks = _benchmarks(s, host, recorder, jobs, inventory, switcher, warms)
@@ -209,10 +221,11 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         teardown=host.teardown,
         default_profile=s.default_profile,
         watch=watch,
-        bench=BenchController(benchmarks, schedules),
+        bench=BenchController(benchmarks, schedules, answers),
         jobs=jobs,
         warms=warms,
         parking=parking,
+        answers=answers,
         collector=K25Collector(
             recorder.hub,
             recorder.store,
@@ -224,7 +237,7 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         ),
     )
     return Services(
-        s, host, store, recorder, inventory, watch, sampler, warms, switcher, policies, controller
+        s, host, store, recorder, inventory, watch, sampler, warms, switcher, answers, policies, controller
     )
 
 

@@ -181,6 +181,7 @@ def compare(args: argparse.Namespace) -> int:
             f"{figure(r['acceptance_rate'], '.3f'):>8}  " + ",".join(str(i) for i in r["run_ids"])
         )
     lines += [f"note: {n}" for n in cmp["notes"]]
+    lines += [f"known answer of {a['profile']} {a['text']}" for a in cmp.get("answers") or []]
     emit(args, cmp, "\n".join(lines))
     return EXIT_OK
 

@@ -67,6 +67,8 @@ def profiles(args: argparse.Namespace) -> int:
                 + ("  (default)" if p["default"] else "")
                 + ("  (parked)" if p.get("parked") else "")
             )
+            if known := p.get("known_answer"):
+                lines.append("    " + describe_known_answer(known))
         else:
             lines.append(f"{p['name']:20} INVALID {p['error']}")
     emit(args, items, "\n".join(lines))
@@ -158,6 +160,18 @@ def run(args: argparse.Namespace) -> int:
         lines.append(f"error:\n{r['error']}")
     emit(args, r, "\n".join(lines))
     return EXIT_OK if r["outcome"] not in FAILED_OUTCOMES else EXIT_FAILED
+
+
+def describe_known_answer(known: ApiJson) -> str:
+    """A profile's known answer in one line: what it said, when, and how it agrees with the default's."""
+    first = known["answers"][0]["text"].strip() if known["answers"] else ""
+    said = first if len(first) <= 40 else first[:39] + "…"
+    age = known["age_s"]
+    ago = f"{age / 3600:.1f}h" if age >= 3600 else f"{age / 60:.0f}m" if age >= 60 else f"{age:.0f}s"
+    line = f"known answer {said!r} (run {known['run_id']}, {ago} ago)"
+    if agreed := known.get("agreement"):
+        line += f"; {agreed['text']}"
+    return line
 
 
 def describe_parked(pk: ApiJson) -> str:

@@ -141,12 +141,23 @@ LOOPBACK = ("127.0.0.1", "::1", "localhost")
 
 
 @dataclass(frozen=True)
+class ParkStep:
+    """One POST of a wake, with its JSON body, the load stage its time counts in, and what its refusal
+    means."""
+
+    path: str
+    body: RequestBody | None = None
+    stage: str = "wake"
+    note: str = ""
+
+
+@dataclass(frozen=True)
 class ParkCalls:
-    """An engine's parking endpoints: POST `sleep` (frees GPU memory), POST `wake`, and GET `sleeping`
-    (JSON {"is_sleeping": bool}) where the engine can say so."""
+    """An engine's parking endpoints: POST `sleep` (frees GPU memory), the POSTs of the wake in order, and
+    GET `sleeping` (JSON {"is_sleeping": bool}) where the engine can say so."""
 
     sleep: str
-    wake: str
+    wake: tuple[ParkStep, ...]
     sleeping: str | None = None
 
 
@@ -184,6 +195,13 @@ class Engine(ABC):
     # The share of each GPU it takes where the profile says none (vLLM's --gpu-memory-utilization default);
     # None: it sizes itself from what is free when it starts.
     default_memory_fraction: float | None = None
+    # Whether it serves the OpenAI requests of the known answer (daemon.engines.answers), and what a
+    # known-answer request adds to make its answer exact (daemon.engines.answers).
+    known_answer: bool = True
+    answer_extras: Mapping[str, object] = MappingProxyType({})
+    # The flags a parkable profile needs (rendered; a `command` must carry them), and why: the refusal of
+    # a `command` that lacks one says so.
+    park_flag_reasons: Mapping[str, str] = MappingProxyType({})
 
     def memory_fraction(self, profile: Profile) -> float | None:
         return profile.memory_fraction or self.default_memory_fraction
@@ -197,6 +215,10 @@ class Engine(ABC):
         """The HTTP calls that park and wake it (None: it cannot park)."""
         return None
 
+    def park_flags(self, profile: Profile) -> tuple[str, ...]:
+        """The engine flags a parkable profile needs (rendered; a `command` must carry them itself)."""
+        return tuple(self.park_flag_reasons) if profile.park is not None else ()
+
     def park_problems(self, profile: Profile) -> list[tuple[str, str]]:
         """Why the profile's `park` settings cannot work with this engine (key, message)."""
         if profile.park is None:
@@ -208,7 +230,15 @@ class Engine(ABC):
             why = (f"a parkable engine opens its sleep/wake endpoints on {profile.host}, to the network: "
                    "bind it to 127.0.0.1, or say park_expose_ok = true")  # fmt: skip
             return [("park_expose_ok", why)]
-        return []
+        if profile.command is None:
+            return []  # rendered: the flags are in the argv
+        missing = [flag for flag in self.park_flags(profile) if flag not in profile.command]
+        return [("command", self._lacks(profile, flag)) for flag in missing]
+
+    def _lacks(self, profile: Profile, flag: str) -> str:
+        why = self.park_flag_reasons.get(flag, "the engine needs it to park")
+        mode = profile.park.value if profile.park else ""
+        return f"it parks (park = {mode!r}) but its command lacks {flag}: {why}"
 
     def argv(self, profile: Profile) -> list[str]:
         """The command line the unit execs: the profile's `command` (with `{port}` replaced by the port it

@@ -12,8 +12,9 @@ from typing import Protocol
 import httpx
 
 from daemon.core.errors import K25Error
-from daemon.core.jsontypes import ForeignJson
+from daemon.core.jsontypes import ForeignJson, RequestBody
 from daemon.core.profiles import Profile
+from daemon.engines.answers import Answer, AnswerRequest, BadAnswer, parse_answer, request_body
 from daemon.engines.base import Engine
 
 
@@ -41,7 +42,10 @@ class EnginePort(Protocol):
     async def health(self, profile: Profile, engine: Engine, *, timeout_s: float = 5.0) -> int | None: ...
     async def scrape(self, profile: Profile, engine: Engine, *, timeout_s: float = 5.0) -> dict[str, str]: ...
     async def generate(self, profile: Profile, engine: Engine, progress: ProbeProgress) -> int: ...
-    async def call(self, profile: Profile, path: str, *, timeout_s: float) -> int | None: ...
+    async def call(
+        self, profile: Profile, path: str, *, timeout_s: float, body: RequestBody | None = None
+    ) -> int | None: ...
+    async def answer(self, profile: Profile, engine: Engine, req: AnswerRequest) -> Answer: ...
     async def read_json(self, profile: Profile, path: str) -> ForeignJson | None: ...
     async def aclose(self) -> None: ...
 
@@ -64,13 +68,30 @@ class Prober:
             return 504
         return r.status_code
 
-    async def call(self, profile: Profile, path: str, *, timeout_s: float) -> int | None:
+    async def call(
+        self, profile: Profile, path: str, *, timeout_s: float, body: RequestBody | None = None
+    ) -> int | None:
         """POST one of the engine's control endpoints (parking's); its status, None when it did not answer."""
         try:
-            r = await self._client.post(profile.base_url + path, json={}, timeout=timeout_s)
+            r = await self._client.post(profile.base_url + path, json=body or {}, timeout=timeout_s)
         except httpx.HTTPError:
             return None
         return r.status_code
+
+    async def answer(self, profile: Profile, engine: Engine, req: AnswerRequest) -> Answer:
+        """One known-answer request, whole; raises ProbeFailed when there is no answer to compare."""
+        path, body = request_body(profile, req, engine.answer_extras)
+        try:
+            r = await self._client.post(profile.base_url + path, json=body, timeout=profile.probe_timeout_s)
+            data = r.json() if r.status_code == 200 else None
+        except (httpx.HTTPError, ValueError) as e:
+            raise ProbeFailed(f"the known-answer {req.kind} request failed: {e!r}") from e
+        if not isinstance(data, dict):
+            raise ProbeFailed(f"the known-answer {req.kind} request answered HTTP {r.status_code}")
+        try:
+            return parse_answer(req, data)
+        except BadAnswer as e:
+            raise ProbeFailed(f"the known-answer {req.kind} request: {e}") from e
 
     async def read_json(self, profile: Profile, path: str) -> ForeignJson | None:
         """GET a JSON object from the engine (`/is_sleeping`); None when it did not answer one."""

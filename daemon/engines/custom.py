@@ -14,6 +14,7 @@ class CustomEngine(Engine):
     name = "custom"
     default_health_path = None
     default_metrics_path = None
+    known_answer = False  # nothing says it speaks OpenAI's completions
 
     def render(self, profile: Profile) -> list[str]:
         # Profile validation guarantees a command for engine `custom`.

@@ -15,6 +15,7 @@ from daemon.engines.base import (
     Engine,
     MetricsSnapshot,
     ParkCalls,
+    ParkStep,
     Readiness,
     StageRule,
     UsageDelta,
@@ -66,6 +67,9 @@ SHM_NAME = "sgl_shm_{token}"
 
 # The memory saver (SGLang's server args and HTTP API): release and resume the GPU memory it occupies.
 FLAG_MEMORY_SAVER = "--enable-memory-saver"
+# The memory saver RELEASES the weights: only with a CPU backup does the resume bring them back (else it
+# serves uninitialised memory: sgl-project/sglang#6367, #19442; the flag came with PR #10873).
+FLAG_WEIGHTS_CPU_BACKUP = "--enable-weights-cpu-backup"
 PATH_RELEASE = "/release_memory_occupation"
 PATH_RESUME = "/resume_memory_occupation"
 
@@ -84,6 +88,16 @@ class SglangEngine(Engine):
         "--speculative-eagle-topk": "speculative.eagle_topk",
         "--speculative-num-draft-tokens": "speculative.num_draft_tokens",
     })  # fmt: skip
+    park_flag_reasons = MappingProxyType(
+        {
+            FLAG_MEMORY_SAVER: "without it SGLang has no release/resume of its memory",
+            FLAG_WEIGHTS_CPU_BACKUP: (
+                "without it the memory saver releases the weights instead of offloading them, and after the "
+                "resume the server answers from uninitialised memory with /health 200 "
+                "(sgl-project/sglang#6367, #19442; the flag came with PR #10873)"
+            ),
+        }
+    )
     process_titles = ("sglang::*",)
     front_end_titles = ("*sglang.launch_server*",)
     shm_patterns = (*COMMON_SHM_PATTERNS, "sem.loky-*", "sgl_shm_*", "multi_tokenizer_args_*")
@@ -139,12 +153,10 @@ class SglangEngine(Engine):
                 "--speculative-num-draft-tokens",
                 str(spec.draft_tokens_per_step),
             ]
-        if profile.park is not None:
-            argv.append(FLAG_MEMORY_SAVER)
-        return argv + profile.extra_args
+        return argv + list(self.park_flags(profile)) + profile.extra_args
 
     def park_calls(self, profile: Profile) -> ParkCalls | None:
-        return ParkCalls(PATH_RELEASE, PATH_RESUME) if profile.park is not None else None
+        return ParkCalls(PATH_RELEASE, (ParkStep(PATH_RESUME),)) if profile.park is not None else None
 
     def check(self, profile: Profile) -> list[tuple[str, str]]:
         problems = self.park_problems(profile)

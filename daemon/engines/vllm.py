@@ -14,6 +14,7 @@ from daemon.engines.base import (
     Engine,
     MetricsSnapshot,
     ParkCalls,
+    ParkStep,
     Readiness,
     StageRule,
     UsageDelta,
@@ -62,6 +63,18 @@ ENV_DEV_MODE = "VLLM_SERVER_DEV_MODE"
 PATH_SLEEP = "/sleep?level={level}"
 PATH_WAKE = "/wake_up"
 PATH_IS_SLEEPING = "/is_sleeping"
+# Level 2 drops the weights: the documented wake reloads them in between (vllm-project/vllm#29341, PR
+# #54235); a plain /wake_up after level 2 serves garbage with no warning. /collective_rpc is a dev endpoint.
+PATH_WAKE_WEIGHTS = "/wake_up?tags=weights"
+PATH_COLLECTIVE_RPC = "/collective_rpc"
+RPC_RELOAD_WEIGHTS = {"method": "reload_weights"}
+PATH_WAKE_KV_CACHE = "/wake_up?tags=kv_cache"
+RELOAD_REFUSED = (
+    "the engine does not serve reload_weights (a vLLM without /collective_rpc, or VLLM_SERVER_DEV_MODE "
+    "unset), and a level-2 wake without it serves garbage (vllm-project/vllm#29341)"
+)
+# The known answer's tokens as ids (the OpenAI request extension vLLM serves since 0.10.2).
+ANSWER_EXTRAS = {"return_token_ids": True}
 
 
 class VllmEngine(Engine):
@@ -78,6 +91,10 @@ class VllmEngine(Engine):
         "--served-model-name": "served_model_name",
     })  # fmt: skip
     default_memory_fraction = 0.9  # --gpu-memory-utilization's default
+    answer_extras = MappingProxyType(ANSWER_EXTRAS)
+    park_flag_reasons = MappingProxyType(
+        {FLAG_SLEEP_MODE: "without it vLLM has no sleep mode (/sleep, /wake_up)"}
+    )
     process_titles = ("VLLM::*",)
     front_end_titles = (
         "vllm serve *",
@@ -134,9 +151,7 @@ class VllmEngine(Engine):
             if spec.draft_tensor_parallel_size is not None:
                 config["draft_tensor_parallel_size"] = spec.draft_tensor_parallel_size
             argv += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
-        if profile.park is not None:
-            argv.append(FLAG_SLEEP_MODE)
-        return argv + profile.extra_args
+        return argv + list(self.park_flags(profile)) + profile.extra_args
 
     def environment(self, profile: Profile, cache_root: Path | None = None) -> dict[str, str]:
         park = {ENV_DEV_MODE: "1"} if profile.park is not None else {}  # /sleep is a dev endpoint
@@ -145,7 +160,14 @@ class VllmEngine(Engine):
     def park_calls(self, profile: Profile) -> ParkCalls | None:
         if profile.park is None:
             return None
-        return ParkCalls(PATH_SLEEP.format(level=profile.park_level), PATH_WAKE, PATH_IS_SLEEPING)
+        wake: tuple[ParkStep, ...] = (ParkStep(PATH_WAKE),)
+        if profile.park_level == 2:
+            wake = (
+                ParkStep(PATH_WAKE_WEIGHTS),
+                ParkStep(PATH_COLLECTIVE_RPC, RPC_RELOAD_WEIGHTS, stage="reload", note=RELOAD_REFUSED),
+                ParkStep(PATH_WAKE_KV_CACHE),
+            )
+        return ParkCalls(PATH_SLEEP.format(level=profile.park_level), wake, PATH_IS_SLEEPING)
 
     def park_problems(self, profile: Profile) -> list[tuple[str, str]]:
         problems = super().park_problems(profile)

@@ -24,6 +24,7 @@ from daemon.engines import sglang as sg
 from daemon.engines import vllm as vl
 from daemon.host.pagecache import resident_bytes
 from daemon.sandbox.fake_http import FakeConfig, build_app
+from daemon.sandbox.fake_park import ParkConfig
 from daemon.sandbox.fake_procs import (
     PARK_SIGNAL,
     WAKE_SIGNAL,
@@ -47,8 +48,10 @@ FAULTS = (
     "sleep-keeps-memory",  # /sleep answers 200 and the GPU memory stays held (vllm#47654)
     "wake-fails",  # the wake OOMs (vllm#13941, #34600)
     "wake-zero-acceptance",  # the drafter's weights are not reloaded: acceptance 0 (vllm#52479)
+    "wake-corrupts",  # a level-1 wake that restores garbage: /health 200, fluent nonsense
+    "no-collective-rpc",  # no /collective_rpc (an older vLLM, or dev mode off): no reload_weights
 )
-PARK_FAULTS = frozenset(FAULTS[-3:])
+PARK_FAULTS = frozenset(FAULTS[-5:])
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -85,8 +88,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--weights", type=Path, help="read this folder's *.safetensors the way a lazy mmap loader does"
     )
-    p.add_argument("--park", action="store_true", help="serve the flavour's sleep/wake endpoints")
+    # Parking, enabled by the engine's own flags (as k25-ctl renders them): vLLM's sleep mode, SGLang's
+    # memory saver, and its CPU backup of the weights (without it a resume restores garbage).
+    p.add_argument(vl.FLAG_SLEEP_MODE, dest="sleep_mode", action="store_true")
+    p.add_argument(sg.FLAG_MEMORY_SAVER, dest="memory_saver", action="store_true")
+    p.add_argument(sg.FLAG_WEIGHTS_CPU_BACKUP, dest="cpu_backup", action="store_true")
     p.add_argument("--wake-gbps", type=float, default=20.0, help="parking: weights back at this rate")
+    p.add_argument("--reload-gbps", type=float, default=100.0, help="reload_weights reads them at this rate")
+    p.add_argument("--answer-salt", default="", help="answer other tokens (another model, a broken drafter)")
     p.add_argument("--max-running", type=int, default=0, help="requests run at once; more wait (0: no cap)")
     p.add_argument("--fault", action="append", choices=FAULTS, default=[])
     p.add_argument(
@@ -193,6 +202,18 @@ def _load(args: argparse.Namespace) -> float:
     return gib
 
 
+def _park_config(args: argparse.Namespace, gib: float) -> ParkConfig | None:
+    if not (args.sleep_mode if args.flavor == "vllm" else args.memory_saver):
+        return None
+    return ParkConfig(
+        flavor=args.flavor,
+        wake_s=gib * 2**30 / (args.wake_gbps * 1e9),
+        reload_s=gib * 2**30 / (args.reload_gbps * 1e9),
+        cpu_backup=args.cpu_backup,
+        faults=PARK_FAULTS & set(args.fault),
+    )
+
+
 class _Workers:
     """Parking: the workers unmap their GPU device files (the simulated GPU frees their memory), and map
     them again on wake."""
@@ -251,9 +272,8 @@ def main(argv: list[str] | None = None) -> int:
         crash_after=args.fault_after if "crash-after-ready" in args.fault else None,
         hang_after=args.fault_after if "hang-after-ready" in args.fault else None,
         max_running=args.max_running or None,
-        park=args.park,
-        wake_s=gib * 2**30 / (args.wake_gbps * 1e9),
-        park_faults=PARK_FAULTS & set(args.fault),
+        park=_park_config(args, gib),
+        answer_salt=args.answer_salt,
     )
     app = build_app(cfg, time.monotonic(), lambda: log(sg.LINE_READY), _Workers(workers))
     server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=False))

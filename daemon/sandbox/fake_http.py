@@ -12,7 +12,6 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Protocol
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.applications import Starlette
@@ -23,6 +22,8 @@ from starlette.routing import Route
 from daemon.core.jsontypes import RequestBody
 from daemon.engines import sglang as sg
 from daemon.engines import vllm as vl
+from daemon.sandbox.fake_answer import Weights, prompt_key, text_of, token_ids, whole_extras
+from daemon.sandbox.fake_park import FakePark, ParkConfig, ParkControl
 
 FAKE_VERSION = "0.0.0+fake"
 
@@ -40,23 +41,15 @@ class FakeConfig:
     crash_after: int | None = None  # the engine exits once that many requests have finished
     hang_after: int | None = None  # later requests never get a token; /health stays 200
     max_running: int | None = None  # more requests than this wait (counted as waiting) for a slot
-    # Parking (the engines' sleep/wake endpoints): the wake's time, and faults the real engines show.
-    park: bool = False
-    wake_s: float = 0.0
-    park_faults: frozenset[str] = frozenset()  # sleep-keeps-memory, wake-fails, wake-zero-acceptance
+    # Parking (the engines' sleep/wake endpoints, as each engine's flags enable them); None: none.
+    park: ParkConfig | None = None
+    answer_salt: str = ""  # another model: other answers to the same prompts
     # A drafter of known per-position rates (in place of `acceptance`): draft position i is accepted with
     # chance p_i (non-increasing), whatever the number of tokens drafted, as a real drafter's prefix is.
     position_acceptance: tuple[float, ...] = ()
     # What drafting costs: a step of k drafts takes (1 + draft_cost * k) / rate seconds and emits 1 +
     # accepted tokens (0: the stream runs at `rate` tokens/s whatever is accepted).
     draft_cost: float = 0.0
-
-
-class ParkControl(Protocol):
-    """The engine's workers: they give their GPU memory back, and take it again."""
-
-    def release(self) -> None: ...
-    def resume(self) -> None: ...
 
 
 class _NoWorkers:
@@ -169,8 +162,8 @@ def build_app(
             Route(sg.SERVER_INFO_PATH, server.server_info),
             Route("/get_server_info", server.server_info),
         ]
-    if cfg.park:
-        routes += _park_routes(cfg.flavor, server)
+    if server.park is not None:
+        routes += server.park.routes()
 
     @contextlib.asynccontextmanager
     async def lifespan(_: Starlette) -> AsyncIterator[None]:
@@ -186,25 +179,13 @@ def build_app(
     return Starlette(routes=routes, lifespan=lifespan)
 
 
-def _park_routes(flavor: str, server: _FakeServer) -> list[Route]:
-    if flavor == "vllm":
-        return [
-            Route(vl.PATH_SLEEP.split("?")[0], server.sleep, methods=["POST"]),
-            Route(vl.PATH_WAKE, server.wake, methods=["POST"]),
-            Route(vl.PATH_IS_SLEEPING, server.is_sleeping),
-        ]
-    return [
-        Route(sg.PATH_RELEASE, server.sleep, methods=["POST"]),
-        Route(sg.PATH_RESUME, server.wake, methods=["POST"]),
-    ]
-
-
 class _FakeServer:
     """The engine's HTTP surface: health, models, metrics, version, server info, completions, parking."""
 
     def __init__(self, cfg: FakeConfig, started: float, workers: ParkControl) -> None:
-        self.cfg, self.started, self.workers = cfg, started, workers
-        self.sleeping = False
+        self.cfg, self.started = cfg, started
+        self.weights = Weights(salt=cfg.answer_salt)
+        self.park = FakePark(cfg.park, workers, self.weights, self._lose_drafter) if cfg.park else None
         self.stats = Stats(cfg)
         self.hang = asyncio.Event()  # never set: the deadlock fault
         self.slots = asyncio.Semaphore(cfg.max_running) if cfg.max_running else None
@@ -272,30 +253,11 @@ class _FakeServer:
             stats.gen.inc(n)
             yield n
 
-    async def sleep(self, _: Request) -> Response:
-        """vLLM's /sleep, SGLang's /release_memory_occupation: the weights leave the GPU (level 1: to host
-        RAM), the KV cache is dropped; the process, its graphs and caches stay."""
-        if not self.sleeping and "sleep-keeps-memory" not in self.cfg.park_faults:  # a real engine's bug
-            await asyncio.to_thread(self.workers.release)
-        self.sleeping = True
-        return JSONResponse({"success": True})
-
-    async def wake(self, _: Request) -> Response:
-        if "wake-fails" in self.cfg.park_faults:
-            return JSONResponse({"error": "CUDA out of memory while waking up"}, status_code=500)
-        if self.sleeping:
-            await asyncio.sleep(self.cfg.wake_s)  # the weights come back from host RAM
-            await asyncio.to_thread(self.workers.resume)
-            if "wake-zero-acceptance" in self.cfg.park_faults:  # the drafter's weights were not reloaded
-                self.cfg.acceptance = 0.0
-        self.sleeping = False
-        return JSONResponse({"success": True})
-
-    async def is_sleeping(self, _: Request) -> Response:
-        return JSONResponse({"is_sleeping": self.sleeping})
+    def _lose_drafter(self) -> None:
+        self.cfg.acceptance = 0.0
 
     async def complete(self, request: Request) -> Response:
-        if self.sleeping:
+        if self.park is not None and self.park.sleeping:
             return JSONResponse({"error": "the engine is sleeping"}, status_code=503)
         req = _Completion(self, await request.json(), request.url.path.endswith("/chat/completions"))
         if req.body.get("stream"):
@@ -311,6 +273,7 @@ class _Completion:
         self.max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         prompt = body.get("prompt") or json.dumps(body.get("messages", ""))
         self.prompt_tokens = max(1, len(str(prompt).split()))
+        self.key = prompt_key(body)  # the greedy answer depends on it
         self.stats.prompt.inc(self.prompt_tokens)
         self.rid = f"cmpl-{uuid.uuid4().hex[:12]}"
         self.obj = "chat.completion.chunk" if chat else "text_completion"
@@ -369,7 +332,8 @@ class _Completion:
             (self.stats.ttft if produced == 0 else self.stats.itl).observe(now - last)
             last = now
             produced += n
-            out = self.chunk(" tok" * n, "length" if produced >= self.max_tokens else None)
+            text = text_of(token_ids(self.server.weights, self.key, produced - n, n))
+            out = self.chunk(text, "length" if produced >= self.max_tokens else None)
             if continuous:  # usage on every chunk: the client learns each chunk's tokens
                 out["usage"] = self.usage(produced)
             yield produced, out
@@ -380,8 +344,10 @@ class _Completion:
             async for n in self.server.tokens(self.max_tokens):
                 produced += n
         _count_request(self.stats, self.cfg)
-        text = " tok" * produced
+        ids = token_ids(self.server.weights, self.key, 0, produced)
+        text = text_of(ids)
         choice: RequestBody = {"index": 0, "finish_reason": "length"}
+        choice |= whole_extras(self.body, ids, self.chat, self.cfg.flavor)
         choice |= {"message": {"role": "assistant", "content": text}} if self.chat else {"text": text}
         kind = "chat.completion" if self.chat else "text_completion"
         resp = {"id": self.rid, "object": kind, "model": self.cfg.model}

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from daemon.core.command import k25_command
 from daemon.core.profiles import engine_unit, under_private_tmp
+from daemon.engines import ENGINES
 
 REPO = Path(__file__).resolve().parents[2]
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
@@ -128,10 +129,12 @@ def fake_engine_profile(
     park: str | None = None,
     wake_gbps: float | None = None,
     engine_args: tuple[str, ...] = (),
+    park_flags: tuple[str, ...] | None = None,
 ) -> str:
     """A profile served by the fake engine (an ordinary profile: engine vllm or sglang plus `command`).
     `weights`: the model folder, read by the engine as a lazy mmap loader does. `park`: the profile parks
-    ("sleep" | "release") and the engine serves its flavour's sleep/wake endpoints. `engine_args`: more
+    ("sleep" | "release") and the engine serves its flavour's sleep/wake endpoints, enabled by the flags
+    k25-ctl renders for the engine (`park_flags`: others, e.g. too few). `engine_args`: more
     fake engine flags (--draft-cost, --position-acceptance)."""
     model = weights or models / "Kimi-K2.5-INT4"
     command = [sys.executable, "-m", "daemon.sandbox.fake_engine", "--flavor", flavor, "--port", "{port}",
@@ -146,7 +149,8 @@ def fake_engine_profile(
     if fault_after is not None:
         command += ["--fault-after", str(fault_after)]
     if park is not None:
-        command += ["--park"] + (["--wake-gbps", str(wake_gbps)] if wake_gbps else [])
+        flags = list(park_flags if park_flags is not None else ENGINES[flavor].park_flag_reasons)
+        command += flags + (["--wake-gbps", str(wake_gbps)] if wake_gbps else [])
     command += engine_args
     lines = [
         f'description = "{name} (fake {flavor} engine in the sandbox)"',

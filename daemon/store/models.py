@@ -171,3 +171,19 @@ class ParkedEngine(SQLModel, table=True):
     host_ram_bytes: int
     run_id: int
     profile_sha256: str  # the profile file it runs: a changed file is started afresh, not woken
+
+
+class KnownAnswer(SQLModel, table=True):
+    """A profile's greedy answer to the fixed known-answer requests, recorded after a cold start ended
+    active: every wake of an engine started from the same file and argv must give it token for token."""
+
+    __tablename__ = "known_answers"
+    __table_args__ = (Index("ix_known_answers_key", "profile", "profile_sha256", "argv_sha256", unique=True),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    profile: str
+    profile_sha256: str
+    argv_sha256: str  # of the JSON argv the unit executed
+    run_id: int
+    recorded_at: datetime = Field(default_factory=utcnow)
+    answers: str  # JSON [{kind, prompt, text, tokens}]

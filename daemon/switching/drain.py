@@ -9,14 +9,18 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Protocol
 
 from daemon.core.errors import K25Error
-from daemon.core.profiles import Profile
-from daemon.core.run_types import Phase
+from daemon.core.hoststate import HostState
+from daemon.core.profiles import LoadedProfile, Profile
+from daemon.core.run_types import Outcome, Phase
 from daemon.engines import engine_for
 from daemon.engines.base import MetricsSnapshot
 from daemon.engines.client import EnginePort
+from daemon.runs.recorder import HostAfter, RunRecorder
+from daemon.switching.events import RunEvents
 
 log = logging.getLogger("k25.drain")
 
@@ -35,6 +39,18 @@ class DrainResult:
 
 class DrainEvents(Protocol):
     async def phase(self, phase: Phase, detail: str) -> None: ...
+
+
+class DrainPlan(Protocol):
+    """What a switch drains: the serving profile (drained first), or the one whose cut is only counted,
+    and when the host left the balancer's rotation."""
+
+    @property
+    def drain_from(self) -> LoadedProfile | None: ...
+    @property
+    def measure_cut(self) -> LoadedProfile | None: ...
+    @property
+    def out_at(self) -> datetime | None: ...
 
 
 @dataclass(frozen=True)
@@ -83,3 +99,41 @@ def _count(x: float | None) -> int:
 
 def _load(s: MetricsSnapshot) -> int:
     return _count(s.running) + _count(s.waiting)
+
+
+async def drain_for_switch(
+    run_id: int,
+    recorder: RunRecorder,
+    prober: EnginePort,
+    times: DrainTimes,
+    plan: DrainPlan,
+) -> bool:
+    """A switch's drain, recorded on its run: the serving engine's requests finish before it stops (or,
+    not drained, what the stop cuts is counted). False when cancelled meanwhile: the run ends `cancelled`,
+    the engine serves on and the host is back in rotation."""
+    drain_from, measure_cut, out_at = plan.drain_from, plan.measure_cut, plan.out_at
+    if drain_from is None:
+        if measure_cut is not None:  # no drain: what is in flight now is cut by the stop
+            cut = await in_flight(measure_cut.profile, prober)
+            await recorder.drained(run_id, seconds=None, finished=0, cut=cut, timed_out=False)
+        return True
+    try:
+        result = await drain(drain_from.profile, prober, RunEvents(recorder, run_id), times)
+    except asyncio.CancelledError:
+        if (task := asyncio.current_task()) is not None:
+            task.uncancel()
+        why = "cancelled while draining: nothing was stopped; the engine serves on"
+        back = HostAfter(HostState.ACTIVE, drain_from.profile.name)
+        await recorder.finish(run_id, Outcome.CANCELLED, detail=why, host=back)
+        if out_at is not None:  # back in rotation: what the balancer saw was the drain
+            await recorder.back_in_rotation(run_id, out_at)
+        return False
+    await recorder.event(run_id, Phase.DRAINING, result.describe())
+    await recorder.drained(
+        run_id,
+        seconds=result.seconds,
+        finished=result.finished,
+        cut=result.cut,
+        timed_out=result.timed_out,
+    )
+    return True

@@ -26,6 +26,7 @@ from daemon.switching import park_guards as guards
 from daemon.switching.bringup import probe_generation
 from daemon.switching.drain import in_flight
 from daemon.switching.events import RunEvents
+from daemon.switching.known_answer import KnownAnswers
 from daemon.switching.ports import SwitchPorts
 from daemon.teardown.plan import Parked
 
@@ -55,6 +56,7 @@ class Parking:
         ports: SwitchPorts,
         recorder: RunRecorder,
         store: ParkedStore,
+        answers: KnownAnswers,
         weight_bytes: Callable[[Profile], int],
         mem_available: Callable[[], int],
         ram_reserve_bytes: int,
@@ -62,6 +64,7 @@ class Parking:
         stop_timeout_s: float,
     ) -> None:
         self.ports, self.recorder, self.store = ports, recorder, store
+        self.answers = answers  # every wake is proven by the answer recorded after the cold start
         self._weight_bytes, self._mem_available = weight_bytes, mem_available
         self.ram_reserve_bytes, self.max_parked, self.stop_timeout_s = (
             ram_reserve_bytes,
@@ -214,8 +217,8 @@ class Parking:
         """Wake the parked engine of `lp` and prove it serves (a generation; for a speculative profile a
         non-zero acceptance too). The wake's seconds, or None: then it was stopped (recorded) and the caller
         starts it cold."""
-        p, engine = lp.profile, engine_for(lp.profile)
-        entry, calls = self._parked.get(p.name), engine.park_calls(p)
+        p = lp.profile
+        entry, calls = self._parked.get(p.name), engine_for(p).park_calls(p)
         if entry is None:
             return None
         events = RunEvents(self.recorder, run_id)
@@ -226,7 +229,7 @@ class Parking:
         try:
             if calls is None or entry.sha256 != lp.sha256:
                 raise NotParked("its profile file changed since it was parked: it starts afresh")
-            seconds = await self._wake(p, engine, calls, events)
+            seconds = await self._wake(run_id, lp, calls, events)
         except NotParked as e:
             log.warning("run %d: wake of %s failed: %s; cold start instead", run_id, p.name, e)
             await self.release(run_id, p.name, f"wake failed: {e}; it is stopped and started cold")
@@ -235,16 +238,25 @@ class Parking:
         await events.phase(Phase.WAKING, f"{p.name} woke in {seconds:.1f}s and serves")
         return seconds
 
-    async def _wake(self, p: Profile, engine: Engine, calls: ParkCalls, events: RunEvents) -> float:
+    async def _wake(self, run_id: int, lp: LoadedProfile, calls: ParkCalls, events: RunEvents) -> float:
+        """The wake's calls in order (each timed in its stage), the probe, the drafter's acceptance, and
+        the known answer: the wake's seconds, or NotParked with what failed."""
+        p, engine = lp.profile, engine_for(lp.profile)
         before = engine.snapshot(p, await self.ports.prober.scrape(p, engine)) if p.speculative else None
-        began = time.monotonic()
-        status = await self.ports.prober.call(p, calls.wake, timeout_s=p.load_timeout_s)
-        if status != 200:  # a wake can run out of GPU memory (vllm-project/vllm#13941, #34600)
-            raise NotParked(f"POST {calls.wake} answered {f'HTTP {status}' if status else 'nothing'}")
+        began, took = time.monotonic(), dict[str, float]()
+        for step in calls.wake:
+            t0 = time.monotonic()
+            status = await self.ports.prober.call(p, step.path, body=step.body, timeout_s=p.load_timeout_s)
+            if status != 200:  # a wake can run out of GPU memory (vllm-project/vllm#13941, #34600)
+                said = f"HTTP {status}" if status else "nothing"
+                raise NotParked(f"POST {step.path} answered {said}" + (f": {step.note}" if step.note else ""))
+            took[step.stage] = took.get(step.stage, 0.0) + time.monotonic() - t0
         if why := await self._says_sleeping(p, calls, False):
             raise NotParked(f"{why} after the wake")
         seconds = time.monotonic() - began
-        await events.stage("wake", seconds)
+        took["wake"] = seconds - sum(v for k, v in took.items() if k != "wake")
+        for stage, secs in took.items():
+            await events.stage(stage, secs)
         progress = ProbeProgress()
         try:
             await asyncio.wait_for(
@@ -263,6 +275,8 @@ class Parking:
                 raise NotParked(
                     f"the probe after the wake accepted no draft token (acceptance length {length})"
                 )
+        if why := await self.answers.check(run_id, lp, events):  # liveness is not correctness
+            raise NotParked(why)
         return seconds
 
     # -- stopping a parked engine ------------------------------------------------------------------------

@@ -24,8 +24,9 @@ from daemon.store.models import utcnow
 from daemon.store.queries import Store
 from daemon.switching.bringup import BringUpFailed, bring_up
 from daemon.switching.clearing import stop_and_teardown
-from daemon.switching.drain import DrainTimes, drain, in_flight
+from daemon.switching.drain import DrainTimes, drain_for_switch
 from daemon.switching.events import RunEvents as _Events
+from daemon.switching.known_answer import KnownAnswers
 from daemon.switching.parking import Parking
 from daemon.switching.ports import ServingHooks, SwitchFailed, SwitchPorts, WarmHook
 
@@ -42,6 +43,7 @@ class _Txn:
     measure_cut: LoadedProfile | None = None  # not drained: still count what the stop cuts
     out_at: datetime | None = None  # the host was in rotation until then
     park_from: LoadedProfile | None = None  # the serving engine, parked instead of stopped where it may be
+    resumed_wake: bool = False  # a daemon restart cut a wake short: the engine followed was woken
 
     def refusal(self, run_id: int) -> str | None:
         if self.rolling_back:
@@ -64,6 +66,7 @@ class Switcher:
         jobs: Jobs,
         drain: DrainTimes,
         parking: Parking,
+        answers: KnownAnswers,
         warm: WarmHook | None = None,
     ) -> None:
         self._read_profiles, self.ports, self.store, self.recorder = profiles, ports, store, recorder
@@ -76,6 +79,7 @@ class Switcher:
         self.serving, self.jobs, self.drain_times = serving, jobs, drain
         self.warm = warm  # reads a profile's weights into the page cache while the old engine stops
         self.parking = parking
+        self.answers = answers  # recorded after each cold start; asked again after a wake
 
     # -- requests -------------------------------------------------------------------------------------
 
@@ -138,15 +142,19 @@ class Switcher:
         ) as slot:
             yield slot, txn
 
-    async def resume(self, lp: LoadedProfile, *, parent: int, from_profile: str | None) -> int:
-        """After a daemon restart mid-start: the engine that run `parent` started still runs but was never
-        proven ready. A new run follows it (no stop, no start) through loading and the probe."""
+    async def resume(
+        self, lp: LoadedProfile, *, parent: int, from_profile: str | None, woke: bool = False
+    ) -> int:
+        """After a daemon restart mid-start: the engine that run `parent` started (or `woke`) still runs but
+        was never proven ready. A new run follows it (no stop, no start) through loading and the probe; a
+        woken one must also give its known answer, else it is started cold."""
         with self._admit(lp.profile.name, parent) as (slot, txn):
             run_id = await self._new_run(RunKind.SWITCH, lp, from_profile=from_profile, parent=parent)
             self.recorder.begin(run_id, lp.profile.name)
             await self.recorder.event(
                 run_id, Phase.CREATED, f"resumes run {parent}: the daemon restarted while its engine started"
             )
+            txn.resumed_wake = woke
             slot.start(run_id, self._transaction(run_id, lp, from_profile, txn, resume=True))
             return run_id
 
@@ -158,7 +166,8 @@ class Switcher:
         profiles = await self._read_profiles()
         lp = profiles.get(cut.profile)
         if resume and lp is not None:
-            await self.resume(lp, parent=cut.run_id, from_profile=cut.from_profile)
+            woke = cut.phase is Phase.WAKING
+            await self.resume(lp, parent=cut.run_id, from_profile=cut.from_profile, woke=woke)
             return
         target = await self.rollback_target(cut.profile, cut.from_profile)
         if target is None:
@@ -189,7 +198,7 @@ class Switcher:
         self, run_id: int, lp: LoadedProfile, previous: str | None, txn: _Txn, *, resume: bool = False
     ) -> None:
         try:
-            if not await self._drain(run_id, txn):
+            if not await drain_for_switch(run_id, self.recorder, self.ports.prober, self.drain_times, txn):
                 return  # cancelled while draining: nothing was stopped
             await self.serving.end(Outcome.STOPPED, f"switched away by run {run_id} (to {lp.profile.name})")
             failure = await self._attempt(run_id, lp, txn, cancellable=True, resume=resume)
@@ -201,33 +210,6 @@ class Switcher:
             log.exception("run %d: could not record the end of the switch", run_id)
             why = f"run {run_id} ended in an internal error: {type(e).__name__}: {e}"
             self.recorder.settle(HostAfter(HostState.DEGRADED, None, why))
-
-    async def _drain(self, run_id: int, txn: _Txn) -> bool:
-        """The serving engine's requests finish before it stops; False when cancelled meanwhile (the run
-        ends `cancelled`, the engine serves on and the host is back in rotation)."""
-        if txn.drain_from is None:
-            if txn.measure_cut is not None:  # no drain: what is in flight now is cut by the stop
-                cut = await in_flight(txn.measure_cut.profile, self.ports.prober)
-                await self.recorder.drained(run_id, seconds=None, finished=0, cut=cut, timed_out=False)
-            return True
-        serving = txn.drain_from
-        try:
-            result = await drain(
-                serving.profile, self.ports.prober, _Events(self.recorder, run_id), self.drain_times
-            )
-        except asyncio.CancelledError:
-            if (task := asyncio.current_task()) is not None:
-                task.uncancel()
-            why = "cancelled while draining: nothing was stopped; the engine serves on"
-            back = HostAfter(HostState.ACTIVE, serving.profile.name)
-            await self.recorder.finish(run_id, Outcome.CANCELLED, detail=why, host=back)
-            if txn.out_at is not None:  # back in rotation: what the balancer saw was the drain
-                await self.recorder.back_in_rotation(run_id, txn.out_at)
-            return False
-        await self.recorder.event(run_id, Phase.DRAINING, result.describe())
-        await self.recorder.drained(run_id, seconds=result.seconds, finished=result.finished, cut=result.cut,
-                                    timed_out=result.timed_out)  # fmt: skip
-        return True
 
     async def _attempt(
         self, run_id: int, lp: LoadedProfile, txn: _Txn, *, cancellable: bool, resume: bool = False
@@ -354,6 +336,17 @@ class Switcher:
             )
         except BringUpFailed as e:
             raise SwitchFailed(e.reason, await journal_excerpt(self.ports.journal, p, e.errors)) from e
+        if txn.resumed_wake:
+            txn.resumed_wake = False
+            if why := await self.answers.check(run_id, lp, events):
+                log.warning(
+                    "run %d: %s after the interrupted wake: %s; starting it cold", run_id, p.name, why
+                )
+                await events.phase(Phase.WAKING, f"wake not proven: {why}; stopping it for a cold start")
+                await self._switch(run_id, lp, txn)
+                return
+        else:
+            await self.answers.record(run_id, lp, events)
         await self._active(run_id, lp, txn, seen.load_seconds)
 
     async def _wake(self, run_id: int, lp: LoadedProfile, txn: _Txn) -> bool:

@@ -11,7 +11,9 @@ from contextlib import asynccontextmanager
 from dataclasses import replace
 
 from daemon.core.errors import UnitNotFound
+from daemon.core.jsontypes import RequestBody
 from daemon.core.profiles import Profile
+from daemon.engines.answers import Answer, AnswerRequest
 from daemon.engines.base import Engine
 from daemon.engines.client import ProbeFailed, ProbeProgress
 from daemon.host.gpu import GpuInfo, GpuUnavailable, GpuView, NoGpus
@@ -152,6 +154,8 @@ class FakeProber:
         self.calls: list[tuple[str, str]] = []  # control endpoints posted (parking)
         self.call_status: int | None = 200
         self.json_answers: dict[tuple[str, str], dict[str, object]] = {}
+        self.garbled: set[str] = set()  # profiles whose known-answer requests get garbage
+        self.answers_asked: list[str] = []
         # profile -> texts served one per scrape, in order, before `metrics` (a test drives each scrape)
         self.scripted: dict[str, collections.deque[str]] = {}
 
@@ -176,9 +180,19 @@ class FakeProber:
         progress.chunks += 1
         return 1
 
-    async def call(self, profile: Profile, path: str, *, timeout_s: float) -> int | None:
+    async def call(
+        self, profile: Profile, path: str, *, timeout_s: float, body: RequestBody | None = None
+    ) -> int | None:
         self.calls.append((profile.name, path))
         return self.call_status
+
+    async def answer(self, profile: Profile, engine: Engine, req: AnswerRequest) -> Answer:
+        """A greedy answer that depends on the prompt; `garbled` profiles answer garbage."""
+        self.answers_asked.append(profile.name)
+        if profile.name in self.garbled:
+            return Answer(req.kind, req.prompt, " !!" * 4, ("0",) * 4)
+        words = req.prompt.split()[: req.max_tokens]
+        return Answer(req.kind, req.prompt, "".join(" " + w for w in words), tuple(words))
 
     async def read_json(self, profile: Profile, path: str) -> dict[str, object] | None:
         return self.json_answers.get((profile.name, path))

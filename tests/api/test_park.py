@@ -73,3 +73,53 @@ async def test_unpark_needs_a_parked_profile_and_the_token(env: Env) -> None:
     assert (await env.client.post("/profiles/baseline/unpark")).status_code == 401
     r = await env.client.post("/profiles/baseline/unpark", headers=env.auth)
     assert (r.status_code, r.json()) == (404, {"detail": "profile 'baseline' is not parked"})
+
+
+async def test_a_cold_start_records_the_known_answer_that_profiles_show(tmp_path: Path) -> None:
+    async with running_env(tmp_path, park_ram_reserve_bytes=0) as env:
+        (tmp_path / "profiles.d" / "baseline.toml").write_text(PARKS)
+        assert (await env.client.post("/profiles/reload", headers=env.auth)).status_code == 200
+        cold = await _activate(env, "baseline")
+        assert "known_answer" in cold["load_stages"]
+        assert any(d.startswith("known answer recorded: ") for d in _details(cold, "probing"))
+        alpha = await _activate(env, "alpha")
+        shown = (await env.client.get("/profiles/baseline")).json()["known_answer"]
+        assert shown["run_id"] == cold["id"]
+        assert shown["age_s"] >= 0
+        assert [(a["kind"], a["text"]) for a in shown["answers"]] == [
+            ("completion", " The capital of France is"),
+            ("chat", " Name the three primary colours."),
+        ]
+        assert shown["agreement"] is None  # it is the default profile
+        other = (await env.client.get("/profiles/alpha")).json()["known_answer"]
+        assert other["run_id"] == alpha["id"]
+        assert other["agreement"]["equal"] is True
+        assert other["agreement"]["text"] == "vs baseline: completion: equal; chat: equal"
+        compared = (await env.client.get("/compare", params={"baseline": "baseline"})).json()
+        assert [(a["profile"], a["equal"]) for a in compared["answers"]] == [("alpha", True)]
+
+
+async def test_a_wake_that_answers_garbage_is_stopped_and_started_cold(tmp_path: Path) -> None:
+    async with running_env(tmp_path, park_ram_reserve_bytes=0) as env:
+        await _parkable_baseline(env, tmp_path)
+        unit = "k25-engine@baseline.service"
+        env.prober.json_answers[("baseline", "/is_sleeping")] = {"is_sleeping": True}
+        await _activate(env, "alpha")
+        env.prober.json_answers[("baseline", "/is_sleeping")] = {"is_sleeping": False}
+        env.prober.garbled.add("baseline")  # the wake restores no weights: fluent garbage, /health 200
+        env.prober.answers_asked.clear()
+        back = await _activate(env, "baseline")
+        assert env.prober.answers_asked[:4] == ["baseline"] * 4  # two tries of two requests
+        why = next(
+            d for d in _details(back, "stop") if d.startswith("stopping parked baseline: wake failed: ")
+        )
+        said = (
+            "after the wake '!! !! !! !!' vs before the park 'The capital of France is' (recorded by run 1)"
+        )
+        assert f"the completion answer differs from token 0: {said}" in why
+        assert any(d == unit for d in _details(back, "start"))  # then the normal cold start
+        assert back["outcome"] == "active"
+        assert "known_answer" in back["load_stages"]
+        # The cold start's own answer (garbage here: the fake still garbles) is what is recorded now.
+        shown = (await env.client.get("/profiles/baseline")).json()["known_answer"]
+        assert shown["run_id"] == back["id"]

@@ -231,3 +231,44 @@ def test_failures_name_the_root_cause_and_roll_back(real: Real, profile: str, ca
     api.wait_until(lambda: api.status()["state"] == "active" and api.status()["active_profile"] == "baseline",
                    within_s=120, what="rolled back")  # fmt: skip
     assert look(info)["procs"] == []
+
+
+def test_the_known_answer_is_the_same_across_cold_starts(real: Real) -> None:
+    """The exactness policy's evidence on a real engine: greedy, seeded, a batch of one. The answer recorded
+    after each cold start of the same profile (two processes), and the same requests asked again of one
+    process, give the same tokens (vLLM's token ids)."""
+    info, api = real
+    recorded = []
+    for _ in range(2):
+        activate(api, "baseline")
+        run = activate(api, "real-vllm")
+        assert run["outcome"] == "active", run["error"]
+        details = [e["detail"] for e in api.run(run["id"])["events"]]
+        assert any(d.startswith("known answer recorded: ") for d in details), details
+        assert not any("not what run" in d for d in details), details  # equal to the previous record
+        known = api.client.get("/profiles/real-vllm").json()["known_answer"]
+        assert known["run_id"] == run["id"]
+        assert all(a["tokens"] > 0 for a in known["answers"]), known  # compared by token ids
+        recorded.append([(a["kind"], a["text"]) for a in known["answers"]])
+        print(f"real-vllm run {run['id']}: known answer {recorded[-1]}")
+    assert recorded[0] == recorded[1]
+    # The same process asked again, five times: the same token ids each time.
+    port = _port(info, "real-vllm")
+    again = set()
+    for _ in range(5):
+        body = {
+            "model": "tiny",
+            "prompt": "The capital of France is",
+            "max_tokens": 20,
+            "temperature": 0,
+            "seed": 0,
+            "logprobs": 0,
+            "return_token_ids": True,
+        }
+        choice = httpx.post(f"http://127.0.0.1:{port}/v1/completions", json=body, timeout=60).json()[
+            "choices"
+        ][0]
+        again.add(tuple(choice["token_ids"]))
+    assert len(again) == 1, again
+    cmp = api.client.get("/compare", params={"baseline": "real-vllm"}).json()
+    print("known answers vs real-vllm:", [(a["profile"], a["text"]) for a in cmp["answers"]])

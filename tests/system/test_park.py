@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import re
 import subprocess
+import threading
+import time
 from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from daemon.core.command import k25_command
@@ -40,6 +43,12 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     write("wakefail", park="sleep", faults=("wake-fails",))
     write("speczero", park="sleep", spec=SPEC, faults=("wake-zero-acceptance",))
     write("bigger", settings={"memory_fraction": "1.0"})  # needs every MiB of each GPU
+    # The known answer (a wake is proven by the tokens, not by liveness).
+    write("sgpark", flavor="sglang", park="release")  # both flags, as k25-ctl renders them
+    write("sgnobackup", flavor="sglang", park="release", park_flags=("--enable-memory-saver",))
+    write("level2", park="sleep", settings={"park_level": "2"})
+    write("norpc", park="sleep", settings={"park_level": "2"}, faults=("no-collective-rpc",))
+    write("corrupt", park="sleep", faults=("wake-corrupts",))
     info = sbx.up(profiles=extra, load_seconds=1.0, binds=(models,))
     try:
         yield Api(info)
@@ -151,6 +160,8 @@ def test_a_daemon_restart_readopts_the_parked_engine(host: Api) -> None:
     back = _switch(host, "baseline")
     assert "wake" in (back["load_stages"] or {})
     assert _main_pid(host, BASELINE_UNIT) == pid
+    # The known answer came from SQLite: the restarted daemon checked the wake against it.
+    assert any(d.startswith("known answer equal to run ") for d in _details(back, "waking")), _details(back)
 
 
 def test_unpark_stops_the_parked_engine(host: Api) -> None:
@@ -278,3 +289,114 @@ def test_the_page_shows_the_parked_engine_and_unparks_it(host: Api, page: Any) -
     page.wait_for_function("document.querySelectorAll('button[data-unpark]').length === 0", timeout=30000)
     assert _parked(host) == {}
     assert errors == []
+
+
+def _park_and_wake(host: Api, name: str) -> tuple[int, Any]:
+    """`name` cold, parked by a switch away, then activated again: its first main PID and the last run."""
+    _unpark_all(host)
+    _switch(host, name)
+    pid = _main_pid(host, f"k25-engine@{name}.service")
+    _switch(host, "vllm-eagle3")
+    assert name in _parked(host)
+    return pid, _switch(host, name)
+
+
+def _journal(host: Api, unit: str) -> list[str]:
+    out = inside(host.info, "journalctl", "-u", unit, "-o", "cat", "--no-pager").stdout
+    return out.splitlines()
+
+
+def test_an_sglang_command_without_the_cpu_backup_is_refused(host: Api) -> None:
+    shown = host.client.get("/profiles/sgnobackup").json()
+    assert shown["valid"] is False
+    assert "lacks --enable-weights-cpu-backup" in shown["error"]
+    assert "sgl-project/sglang#6367, #19442" in shown["error"]
+    r = host.client.post("/profiles/sgnobackup/activate")
+    assert r.status_code == 404
+    assert "lacks --enable-weights-cpu-backup" in r.json()["detail"]
+    checked = _cli(host, "check-profiles")
+    assert "sgnobackup" in checked.stdout + checked.stderr
+    assert "lacks --enable-weights-cpu-backup" in checked.stdout + checked.stderr
+
+
+def test_sglang_parks_and_resumes_with_the_same_process_and_answer(host: Api) -> None:
+    pid, back = _park_and_wake(host, "sgpark")
+    assert _main_pid(host, "k25-engine@sgpark.service") == pid
+    assert "--enable-weights-cpu-backup" in host.client.get("/profiles/sgpark").json()["argv"]
+    assert any(d.startswith("known answer equal to run ") for d in _details(back, "waking")), _details(back)
+    assert {"wake", "known_answer"} <= set(back["load_stages"] or {})
+
+
+def test_vllm_level_2_wakes_through_reload_weights(host: Api) -> None:
+    pid, back = _park_and_wake(host, "level2")
+    assert _main_pid(host, "k25-engine@level2.service") == pid
+    calls = [
+        line
+        for line in _journal(host, "k25-engine@level2.service")
+        if line.startswith(("sleep: level", "wake up the engine with tags", "collective_rpc"))
+    ]
+    assert calls[-4:] == [
+        "sleep: level 2",
+        "wake up the engine with tags: ['weights']",
+        "collective_rpc: reload_weights",
+        "wake up the engine with tags: ['kv_cache']",
+    ], calls
+    assert {"wake", "reload", "known_answer"} <= set(back["load_stages"] or {}), back["load_stages"]
+    assert any(d.startswith("known answer equal to run ") for d in _details(back, "waking")), _details(back)
+
+
+def test_an_engine_without_reload_weights_is_started_cold(host: Api) -> None:
+    pid, back = _park_and_wake(host, "norpc")
+    why = "wake failed: POST /collective_rpc answered HTTP 404: the engine does not serve reload_weights"
+    assert any(d.startswith(f"stopping parked norpc: {why}") for d in _details(back, "stop")), _details(back)
+    assert _main_pid(host, "k25-engine@norpc.service") != pid
+    assert back["outcome"] == "active"
+
+
+def test_a_wake_that_answers_garbage_is_caught_and_nothing_serves_it(host: Api) -> None:
+    """The wake restores garbage (/health 200, fluent nonsense): the known answer differs twice, the run
+    records both answers, the engine is stopped and started cold, and a client that keeps asking the
+    engine's port gets no garbage once k25-ctl says active."""
+    _unpark_all(host)
+    _switch(host, "corrupt")
+    pid = _main_pid(host, "k25-engine@corrupt.service")
+    port = host.client.get("/profiles/corrupt").json()["port"]
+    _switch(host, "vllm-eagle3")
+    assert "corrupt" in _parked(host)
+    seen: list[tuple[float, str]] = []
+    stop = threading.Event()
+
+    def ask() -> None:
+        body = {"model": "kimi-k2.5", "prompt": "The capital of France is", "max_tokens": 4}
+        with httpx.Client(timeout=5) as c:
+            while not stop.is_set():
+                began = time.time()
+                try:
+                    r = c.post(f"http://127.0.0.1:{port}/v1/completions", json=body)
+                    seen.append((began, r.json()["choices"][0]["text"] if r.status_code == 200 else ""))
+                except (httpx.HTTPError, ValueError, KeyError):
+                    seen.append((began, ""))  # not served (asleep, stopped, loading): no answer at all
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    try:
+        back = _switch(host, "corrupt")
+        active_at = datetime.fromisoformat(back["ended_at"]).timestamp()
+        host.wait_until(
+            lambda: sum(1 for t, _ in seen if t > active_at) >= 20,
+            within_s=30,
+            what="20 answers after active",
+        )
+    finally:
+        stop.set()
+        asker.join()
+    why = next(d for d in _details(back, "stop") if d.startswith("stopping parked corrupt: wake failed: "))
+    assert "the completion answer differs from token 0: after the wake '!! !!" in why, why
+    assert "vs before the park '" in why
+    assert "k25-engine@corrupt.service" in _details(back, "start")
+    assert _main_pid(host, "k25-engine@corrupt.service") != pid
+    assert (back["outcome"], host.status()["state"]) == ("active", "active")
+    after = [text for t, text in seen if t > active_at]
+    assert after, seen
+    assert all(text and "!!" not in text for text in after), after
+    print(f"corrupt wake: {len(seen)} answers asked, {sum('!!' in t for _, t in seen)} garbage before active")

@@ -14,6 +14,7 @@ import httpx
 import psutil
 import pytest
 
+from daemon.engines import ENGINES
 from daemon.sandbox.layout import free_port
 from tests.waiting import eventually_sync
 
@@ -33,12 +34,22 @@ class Engine:
         body = {"model": "kimi-k2.5", "prompt": "hi", "max_tokens": 2}
         return httpx.post(f"{self.url}/v1/completions", json=body, timeout=10).status_code
 
+    def answer(self) -> str:
+        body = {"model": "kimi-k2.5", "prompt": "The capital of France is", "max_tokens": 8, "temperature": 0}
+        r = httpx.post(f"{self.url}/v1/completions", json=body, timeout=10)
+        assert r.status_code == 200, r.text
+        text: str = r.json()["choices"][0]["text"]
+        return text
+
+    def post(self, path: str, **kw: object) -> int:
+        return httpx.post(f"{self.url}{path}", json=kw or {}, timeout=10).status_code
+
 
 @pytest.fixture
 def start(tmp_path: Path) -> Iterator[Start]:
     started: list[subprocess.Popen[bytes]] = []
 
-    def run(flavor: str, *extra: str) -> Engine:
+    def run(flavor: str, *extra: str, park: tuple[str, ...] | None = None) -> Engine:
         dev, shm = tmp_path / "dev", tmp_path / "shm"
         dev.mkdir(exist_ok=True)
         shm.mkdir(exist_ok=True)
@@ -46,7 +57,7 @@ def start(tmp_path: Path) -> Iterator[Start]:
         port = free_port()
         argv = [sys.executable, "-m", "daemon.sandbox.fake_engine", "--flavor", flavor, "--port", str(port),
                 "--load-seconds", "0.2", "--warmup-seconds", "0", "--device-dir", str(dev), "--shm-dir", str(shm),
-                "--park", "--wake-gbps", "1000", *extra]  # fmt: skip
+                "--wake-gbps", "1000", *(ENGINES[flavor].park_flag_reasons if park is None else park), *extra]  # fmt: skip
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="0", K25_CONFIG=str(tmp_path / "absent.toml"))
         proc = subprocess.Popen(argv, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         started.append(proc)
@@ -92,3 +103,54 @@ def test_the_engines_parking_faults(start: Start) -> None:
     fails = start("vllm", "--fault", "wake-fails")
     httpx.post(f"{fails.url}/sleep", params={"level": 1})
     assert httpx.post(f"{fails.url}/wake_up").status_code == 500
+
+
+def test_the_answer_depends_on_the_prompt_and_a_good_wake_keeps_it(start: Start) -> None:
+    engine = start("vllm")
+    first = engine.answer()
+    assert first == engine.answer()  # greedy: the same every time
+    body = {"model": "kimi-k2.5", "prompt": "Something else entirely", "max_tokens": 8}
+    other = httpx.post(f"{engine.url}/v1/completions", json=body, timeout=10).json()["choices"][0]["text"]
+    assert other != first
+    assert "!!" not in first
+    assert engine.post("/sleep?level=1") == 200
+    assert engine.post("/wake_up") == 200
+    assert engine.answer() == first  # level 1 kept a copy of the weights
+
+
+def test_sglang_without_the_cpu_backup_resumes_to_garbage(start: Start) -> None:
+    """sglang#6367: the memory saver releases the weights; only --enable-weights-cpu-backup restores them."""
+    for park, garbage in ((("--enable-memory-saver",), True), (None, False)):
+        engine = start("sglang", park=park)
+        before = engine.answer()
+        assert engine.post("/release_memory_occupation") == 200
+        assert engine.post("/resume_memory_occupation") == 200
+        assert httpx.get(f"{engine.url}/health").status_code == 200  # healthy either way
+        after = engine.answer()
+        assert (after != before, set(after.split()) == {"!!"}) == (garbage, garbage), (park, before, after)
+
+
+def test_vllm_level_2_needs_reload_weights_between_the_two_wakes(start: Start) -> None:
+    plain = start("vllm")
+    before = plain.answer()
+    assert plain.post("/sleep?level=2") == 200
+    assert plain.post("/wake_up") == 200
+    assert set(plain.answer().split()) == {"!!"}  # a plain wake after level 2: garbage (vllm#29341)
+    documented = start("vllm")
+    assert documented.post("/sleep?level=2") == 200
+    assert documented.post("/collective_rpc", method="reload_weights") == 500  # the weights still asleep
+    assert documented.post("/wake_up?tags=weights") == 200
+    assert documented.post("/collective_rpc", method="reload_weights") == 200
+    assert documented.post("/wake_up?tags=kv_cache") == 200
+    assert documented.answer() == before
+    old = start("vllm", "--fault", "no-collective-rpc")
+    assert old.post("/collective_rpc", method="reload_weights") == 404
+
+
+def test_the_corrupting_wake_fault(start: Start) -> None:
+    engine = start("vllm", "--fault", "wake-corrupts")
+    before = engine.answer()
+    assert engine.post("/sleep?level=1") == 200
+    assert engine.post("/wake_up") == 200
+    assert engine.complete() == 200
+    assert engine.answer() != before

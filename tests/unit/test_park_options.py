@@ -7,7 +7,7 @@ from pathlib import Path
 
 from daemon.core.profiles import ParkMode
 from daemon.engines import engine_for
-from daemon.engines.base import ParkCalls
+from daemon.engines.base import ParkCalls, ParkStep
 from daemon.engines.checks import load_checked_profiles
 
 BASE = 'engine = "{engine}"\nmodel = "/m"\nport = {port}\ntensor_parallel_size = 1\ngpus = [0]\n'
@@ -34,10 +34,21 @@ def test_each_engine_parks_its_own_way(tmp_path: Path) -> None:
     assert (v.park, v.park_level, v.park_residual_mib) == (ParkMode.SLEEP, 1, 6144)
     assert "--enable-sleep-mode" in engine_for(v).argv(v)
     assert engine_for(v).environment(v)["VLLM_SERVER_DEV_MODE"] == "1"
-    assert engine_for(v).park_calls(v) == ParkCalls("/sleep?level=1", "/wake_up", "/is_sleeping")
-    assert engine_for(v2).park_calls(v2) == ParkCalls("/sleep?level=2", "/wake_up", "/is_sleeping")
-    assert "--enable-memory-saver" in engine_for(s).argv(s)
-    assert engine_for(s).park_calls(s) == ParkCalls("/release_memory_occupation", "/resume_memory_occupation")
+    assert engine_for(v).park_calls(v) == ParkCalls("/sleep?level=1", (ParkStep("/wake_up"),), "/is_sleeping")
+    # Level 2 drops the weights: the documented wake reloads them between the two halves (vllm#29341).
+    level2 = engine_for(v2).park_calls(v2)
+    assert level2 is not None
+    assert level2.sleep == "/sleep?level=2"
+    assert [(st.path, st.body, st.stage) for st in level2.wake] == [
+        ("/wake_up?tags=weights", None, "wake"),
+        ("/collective_rpc", {"method": "reload_weights"}, "reload"),
+        ("/wake_up?tags=kv_cache", None, "wake"),
+    ]
+    # SGLang's resume restores the weights only from a CPU backup (sglang#6367): both flags rendered.
+    argv = engine_for(s).argv(s)
+    assert argv[-2:] == ["--enable-memory-saver", "--enable-weights-cpu-backup"], argv
+    calls = ParkCalls("/release_memory_occupation", (ParkStep("/resume_memory_occupation"),))
+    assert engine_for(s).park_calls(s) == calls
     # Without park: none of it (the dev endpoints stay closed).
     assert "--enable-sleep-mode" not in engine_for(plain).argv(plain)
     assert "VLLM_SERVER_DEV_MODE" not in engine_for(plain).environment(plain)
@@ -68,3 +79,28 @@ def test_an_operator_may_expose_the_endpoints_knowingly(tmp_path: Path) -> None:
     valid, invalid = _load(tmp_path, exposed=text)
     assert invalid == {}
     assert "exposed" in valid
+
+
+def test_a_command_that_parks_must_carry_the_engine_s_park_flags(tmp_path: Path) -> None:
+    """A `command` is run verbatim: k25-ctl cannot add the flags, so a command without them is refused with
+    the reason (a release without the CPU backup serves garbage after the resume)."""
+    sglang = BASE.format(engine="sglang", port="{port}") + 'park = "release"\n'
+    vllm = BASE.format(engine="vllm", port="{port}") + 'park = "sleep"\n'
+    valid, invalid = _load(
+        tmp_path,
+        nobackup=sglang + 'command = ["python3", "-m", "sglang.launch_server", "--enable-memory-saver"]\n',
+        both=sglang + 'command = ["python3", "-m", "sglang.launch_server", "--enable-memory-saver", '
+        '"--enable-weights-cpu-backup"]\n',
+        nosleep=vllm + 'command = ["vllm", "serve", "/m"]\n',
+        unparked=BASE.format(engine="sglang", port="{port}") + 'command = ["python3", "-m", "x"]\n',
+    )
+    assert set(invalid) == {"nobackup", "nosleep"}, invalid
+    why = invalid["nobackup"]
+    assert (
+        "key 'command': it parks (park = 'release') but its command lacks --enable-weights-cpu-backup" in why
+    )
+    assert "sgl-project/sglang#6367, #19442" in why
+    assert "PR #10873" in why
+    assert "--enable-memory-saver" not in why.split("lacks", 1)[1].split(":", 1)[0]
+    assert "lacks --enable-sleep-mode" in invalid["nosleep"]
+    assert {"both", "unparked"} <= set(valid)

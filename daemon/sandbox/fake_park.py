@@ -1,0 +1,118 @@
+"""The fake engine's parking, with the real engines' semantics (shared/ENGINES.md, Parking):
+- vLLM `/sleep?level=1` keeps a CPU copy of the weights; `level=2` discards them: a `/wake_up` brings the
+  memory back but not its content until `POST /collective_rpc {"method": "reload_weights"}`; the wake can
+  be split by `?tags=weights` / `?tags=kv_cache`.
+- SGLang `/release_memory_occupation` releases the weights: `/resume_memory_occupation` restores them only
+  with `--enable-weights-cpu-backup`.
+A wake that does not restore the weights answers garbage with /health 200, as the real ones do. Each call
+is logged as the engine logs it, so a test reads their order in the unit's journal."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from daemon.engines import sglang as sg
+from daemon.engines import vllm as vl
+from daemon.sandbox.fake_answer import Weights
+from daemon.sandbox.fake_procs import log
+
+PARTS = ("weights", "kv_cache")
+
+
+class ParkControl(Protocol):
+    """The engine's workers: they give their GPU memory back, and take it again."""
+
+    def release(self) -> None: ...
+    def resume(self) -> None: ...
+
+
+@dataclass
+class ParkConfig:
+    flavor: str
+    wake_s: float = 0.0  # the weights back from host RAM (level 1, a CPU backup)
+    reload_s: float = 0.0  # reload_weights: the weights read again from the checkpoint
+    cpu_backup: bool = False  # SGLang's --enable-weights-cpu-backup
+    # sleep-keeps-memory, wake-fails, wake-corrupts, wake-zero-acceptance, no-collective-rpc
+    faults: frozenset[str] = frozenset()
+
+
+@dataclass
+class FakePark:
+    cfg: ParkConfig
+    workers: ParkControl
+    weights: Weights
+    lose_drafter: Callable[[], None]  # the drafter's weights not reloaded (the wake-zero-acceptance fault)
+    asleep: set[str] = field(default_factory=set)  # the parts whose GPU memory is given back
+    kept: bool = True  # the sleep kept a copy of the weights to restore
+
+    @property
+    def sleeping(self) -> bool:
+        return bool(self.asleep)
+
+    def routes(self) -> list[Route]:
+        if self.cfg.flavor == "vllm":
+            routes = [
+                Route(vl.PATH_SLEEP.split("?")[0], self.sleep, methods=["POST"]),
+                Route(vl.PATH_WAKE, self.wake, methods=["POST"]),
+                Route(vl.PATH_IS_SLEEPING, self.is_sleeping),
+            ]
+            if "no-collective-rpc" not in self.cfg.faults:  # an older vLLM, or dev mode off
+                routes.append(Route(vl.PATH_COLLECTIVE_RPC, self.collective_rpc, methods=["POST"]))
+            return routes
+        return [
+            Route(sg.PATH_RELEASE, self.sleep, methods=["POST"]),
+            Route(sg.PATH_RESUME, self.wake, methods=["POST"]),
+        ]
+
+    async def sleep(self, request: Request) -> Response:
+        """The weights leave the GPU (kept in host RAM at level 1 or with SGLang's CPU backup), the KV
+        cache is dropped; the process, its graphs and caches stay."""
+        level = int(request.query_params.get("level", "1"))
+        log(f"sleep: level {level}" if self.cfg.flavor == "vllm" else "release memory occupation")
+        if not self.asleep and "sleep-keeps-memory" not in self.cfg.faults:  # a real engine's bug if kept
+            await asyncio.to_thread(self.workers.release)
+        if not self.asleep:
+            self.kept = level == 1 if self.cfg.flavor == "vllm" else self.cfg.cpu_backup
+        self.asleep = set(PARTS)
+        return JSONResponse({"success": True})
+
+    async def wake(self, request: Request) -> Response:
+        tags = request.query_params.getlist("tags") or list(PARTS)
+        log(
+            f"wake up the engine with tags: {tags}"
+            if self.cfg.flavor == "vllm"
+            else "resume memory occupation"
+        )
+        if "wake-fails" in self.cfg.faults:
+            return JSONResponse({"error": "CUDA out of memory while waking up"}, status_code=500)
+        if "weights" in tags and "weights" in self.asleep:
+            await asyncio.sleep(self.cfg.wake_s if self.kept else 0.0)  # the copy back from host RAM
+            await asyncio.to_thread(self.workers.resume)
+            # Memory without its content: uninitialised until reload_weights (vLLM level 2, SGLang without
+            # the CPU backup), or a wake that corrupts it (the fault).
+            self.weights.ok = self.weights.ok and self.kept and "wake-corrupts" not in self.cfg.faults
+            if "wake-zero-acceptance" in self.cfg.faults:
+                self.lose_drafter()
+        self.asleep -= set(tags)
+        return JSONResponse({"success": True})
+
+    async def collective_rpc(self, request: Request) -> Response:
+        method = (await request.json()).get("method")
+        log(f"collective_rpc: {method}")
+        if method != "reload_weights":
+            return JSONResponse({"error": f"no method {method!r}"}, status_code=400)
+        if "weights" in self.asleep:
+            return JSONResponse({"error": "the weights are asleep: wake them first"}, status_code=500)
+        await asyncio.sleep(self.cfg.reload_s)
+        self.weights.ok = True
+        return JSONResponse({"results": [None]})
+
+    async def is_sleeping(self, _: Request) -> Response:
+        return JSONResponse({"is_sleeping": self.sleeping})

@@ -1,0 +1,173 @@
+"""Known answers as a switch uses them: recorded after each cold start that ends active, and asked again
+after every wake, where the same process with the same weights, greedy and alone, must give the same
+tokens. A wake that answers differently (twice) is not a wake: the caller stops the engine and starts it
+cold. Across profiles the answers are information: speculative decoding is lossless under greedy
+sampling, so a speculative profile should answer as the default profile of the same model does."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+
+from daemon.core.profiles import LoadedProfile, ProfileSet
+from daemon.core.run_types import Phase
+from daemon.engines import engine_for
+from daemon.engines.answers import REQUESTS, Agreement, Answer, agreement, first_difference, shorten
+from daemon.engines.client import EnginePort, ProbeFailed
+from daemon.store.known_answers import AnswerKey, KnownAnswerRow, KnownAnswerStore, argv_sha256
+from daemon.switching.events import RunEvents
+
+log = logging.getLogger("k25.answers")
+STAGE = "known_answer"
+
+
+@dataclass(frozen=True)
+class KnownAnswerView:
+    """A profile's known answer as the reads show it, with its agreement with the default profile."""
+
+    run_id: int
+    recorded_at: datetime
+    answers: tuple[Answer, ...]
+    agreement: Agreement | None  # None: it is the default profile, or that one has no answer yet
+
+
+class KnownAnswers:
+    """The records, kept in memory for the reads (loaded at start, replaced as each is written)."""
+
+    def __init__(
+        self,
+        *,
+        store: KnownAnswerStore,
+        prober: EnginePort,
+        default_profile: str,
+        profiles: Callable[[], ProfileSet],
+    ) -> None:
+        self.store, self.prober, self.default_profile = store, prober, default_profile
+        self._profiles = profiles
+        self._rows: dict[AnswerKey, KnownAnswerRow] = {}
+
+    async def load(self) -> None:
+        self._rows = {r.key: r for r in await asyncio.to_thread(self.store.all)}
+
+    @staticmethod
+    def key(lp: LoadedProfile) -> AnswerKey:
+        p = lp.profile
+        return AnswerKey(p.name, lp.sha256, argv_sha256(engine_for(p).argv(p)))
+
+    async def _ask(self, lp: LoadedProfile) -> tuple[Answer, ...]:
+        """The fixed requests one after the other (a batch of one). Raises ProbeFailed."""
+        engine = engine_for(lp.profile)
+        return tuple([await self.prober.answer(lp.profile, engine, req) for req in REQUESTS])
+
+    async def record(self, run_id: int, lp: LoadedProfile, events: RunEvents) -> None:
+        """After a cold start, before the host serves: what this engine answers is what its wakes must."""
+        if not engine_for(lp.profile).known_answer:
+            return
+        began = time.monotonic()
+        try:
+            answers = await self._ask(lp)
+        except ProbeFailed as e:
+            log.warning("run %d: no known answer recorded for %s: %s", run_id, lp.profile.name, e)
+            await events.phase(Phase.PROBING, f"no known answer recorded ({e}): a park of it will not wake")
+            return
+        await events.stage(STAGE, time.monotonic() - began)
+        stored = [a.as_json() for a in answers]
+        row, before = await asyncio.to_thread(self.store.save, self.key(lp), run_id, stored)
+        self._rows[row.key] = row
+        detail = f"known answer recorded: {shorten(answers[0].text)}"
+        if before is not None and (why := _differs(answers, _decode(before), "now", "before")):
+            log.warning(
+                "run %d: %s answers differently after a cold start of the same file and argv: %s "
+                "(run %d recorded the other)",
+                *(run_id, lp.profile.name, why, before.run_id),
+            )
+            detail += f"; not what run {before.run_id} recorded: {why}"
+        await events.phase(Phase.PROBING, detail)
+        await self._compare_with_default(run_id, lp, answers)
+
+    async def _compare_with_default(
+        self, run_id: int, lp: LoadedProfile, answers: tuple[Answer, ...]
+    ) -> None:
+        p = lp.profile
+        if p.name == self.default_profile:
+            return
+        other = self._current().get(self.default_profile)
+        if other is None:
+            return
+        agreed = agreement(self.default_profile, answers, _decode(other))
+        if agreed is not None and agreed.from_first_token:
+            log.warning(
+                "run %d: %s answers differently from %s from token 0: wrong target model or broken drafter? "
+                "(%s)",
+                *(run_id, p.name, self.default_profile, agreed.describe()),
+            )
+
+    async def check(self, run_id: int, lp: LoadedProfile, events: RunEvents) -> str | None:
+        """After a wake: None when the engine gives the recorded answer (a second try where the first
+        differs), else what differed. No record: the wake cannot be proven, which is a failure too."""
+        row = await asyncio.to_thread(self.store.get, self.key(lp))
+        if row is None:
+            return "no known answer was recorded for this profile's file and argv: the wake cannot be proven"
+        recorded, began, why = _decode(row), time.monotonic(), ""
+        for attempt in (1, 2):
+            try:
+                now = await self._ask(lp)
+            except ProbeFailed as e:
+                why = str(e)
+                continue
+            why = _differs(now, recorded, "after the wake", "before the park") or ""
+            if not why:
+                break
+            log.warning("run %d: %s, try %d of 2: %s", run_id, lp.profile.name, attempt, why)
+        await events.stage(STAGE, time.monotonic() - began)
+        if why:
+            return f"{why} (recorded by run {row.run_id})"
+        await events.phase(Phase.WAKING, f"known answer equal to run {row.run_id}'s: {shorten(now[0].text)}")
+        return None
+
+    def _current(self) -> dict[str, KnownAnswerRow]:
+        """Each valid profile's record for its file and argv as they are now."""
+        keys = {self.key(lp) for lp in self._profiles().valid.values()}
+        return {k.profile: r for k, r in self._rows.items() if k in keys}
+
+    def views(self) -> dict[str, KnownAnswerView]:
+        """Each profile's answer for its current file and argv, with its agreement with the default's."""
+        rows = self._current()
+        default = rows.get(self.default_profile)
+        out = {}
+        for name, row in rows.items():
+            agreed = None
+            if default is not None and name != self.default_profile:
+                agreed = agreement(self.default_profile, _decode(row), _decode(default))
+            out[name] = KnownAnswerView(row.run_id, row.recorded_at, _decode(row), agreed)
+        return out
+
+    def agreements(self, other: str) -> dict[str, Agreement]:
+        """How each profile's answer agrees with `other`'s (those both have)."""
+        rows = self._current()
+        theirs = rows.get(other)
+        if theirs is None:
+            return {}
+        found = {n: agreement(other, _decode(r), _decode(theirs)) for n, r in rows.items() if n != other}
+        return {n: a for n, a in found.items() if a is not None}
+
+
+def _decode(row: KnownAnswerRow) -> tuple[Answer, ...]:
+    return tuple(Answer.from_json(a) for a in row.answers)
+
+
+def _differs(now: tuple[Answer, ...], recorded: tuple[Answer, ...], this: str, that: str) -> str | None:
+    """What differs first between two sets of answers, in words; None: the same tokens throughout."""
+    by_kind = {a.kind: a for a in recorded}
+    for a in now:
+        b = by_kind.get(a.kind)
+        if b is None:
+            continue
+        if (i := first_difference(a, b)) is not None:
+            said = f"{this} {shorten(a.text)} vs {that} {shorten(b.text)}"
+            return f"the {a.kind} answer differs from token {i}: {said}"
+    return None
