@@ -74,9 +74,14 @@ def _cmd_sandbox(args: argparse.Namespace) -> int:
     from daemon.sandbox import sandbox
 
     if args.action == "up":
-        info = sandbox.up(port=args.port, profiles=args.profiles, load_seconds=args.load_seconds,
-                          binds=tuple(b.resolve() for b in args.bind),
-                          weights=args.weights.resolve() if args.weights else None)  # fmt: skip
+        info = sandbox.up(
+            port=args.port,
+            profiles=args.profiles,
+            load_seconds=args.load_seconds,
+            binds=tuple(b.resolve() for b in args.bind),
+            weights=args.weights.resolve() if args.weights else None,
+            parks=tuple(args.park),
+        )
         if args.activate:
             sandbox.start_profile(info, args.activate)
     else:
@@ -271,6 +276,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=Path,
         metavar="DIR",
         help="up: the stock profiles read real weight files from DIR (made there once, 256 MiB)",
+    )
+    p.add_argument(
+        "--park",
+        action="append",
+        default=[],
+        metavar="PROFILE",
+        help="up: this stock profile parks (a switch away sleeps it, the way back wakes it; repeatable)",
     )
     p.add_argument(
         "--activate",

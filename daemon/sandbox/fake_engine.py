@@ -59,7 +59,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--flavor", choices=("vllm", "sglang"), required=True)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
-    p.add_argument("--model", default="/models/fake")
+    p.add_argument("--model", "--model-path", dest="model", default="/models/fake")
     p.add_argument("--served-model-name", default="kimi-k2.5")
     p.add_argument("--load-seconds", type=float, default=2.0, help="time the weight loading takes")
     p.add_argument("--shards", type=int, default=8, help="checkpoint shards the progress bar counts")
@@ -101,7 +101,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--fault-after", type=int, default=3, help="*-after-ready: requests served first (probe incl.)"
     )
-    return p.parse_args(argv)
+    p.add_argument(
+        "--rendered",
+        action="store_true",
+        help="run by a sandbox shim in place of the real engine: the engine's other flags are ignored",
+    )
+    args, rest = p.parse_known_args(argv)
+    if rest and not args.rendered:
+        p.error(f"unrecognized arguments: {' '.join(rest)}")
+    return args
 
 
 def _gpus(args: argparse.Namespace) -> list[int]:

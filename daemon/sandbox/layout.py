@@ -208,10 +208,13 @@ def write_tree(
     settings: dict[str, str] | None = None,
     binds: tuple[Path, ...] = (),
     weights: Path | None = None,
+    parks: tuple[str, ...] = (),
 ) -> dict[str, int]:
     """Everything but the boot script; returns the engine ports it allocated. `weights`: the stock profiles'
     model folder, of real files their fake engines read (residency, warming and the load's weights stage
-    then show something real)."""
+    then show something real). `parks`: the stock profiles that park."""
+    if unknown := set(parks) - set(SANDBOX_PROFILES):
+        raise ValueError(f"no stock profile {sorted(unknown)} to park (stock: {sorted(SANDBOX_PROFILES)})")
     etc, state, dev = root / "etc", root / "state", root / "dev"
     for d in (
         etc / "profiles.d",
@@ -234,6 +237,7 @@ def write_tree(
         text = fake_engine_profile(
             name, port=ports[name], models=root / "models", load_seconds=load_seconds,
             flavor=fake.flavor, rate=fake.rate, spec=fake.spec, unit=fake.unit, weights=weights,
+            park=ENGINES[fake.flavor].park_mode if name in parks else None,
         )  # fmt: skip
         (etc / "profiles.d" / f"{name}.toml").write_text(text)
     if extra_profiles is not None:

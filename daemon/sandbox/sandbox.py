@@ -157,12 +157,14 @@ def up(
     fresh_host: bool = False,
     weights: Path | None = None,
     weight_file_mib: int = 64,
+    parks: tuple[str, ...] = (),
 ) -> SandboxInfo:
     """Boot a sandbox; `settings` override the daemon's (TOML values as text: {"watch_interval_s": "10"});
     `binds`: folders outside the sandbox's own that the daemon reads (its /tmp is private).
     `fresh_host`: systemd, D-Bus and journald only, on private /etc, /opt, /usr/local and /var with no
     k25-ctl in them: a host for install.sh (`port`: the one its settings will name). `weights`: a folder of
-    real weight files for the stock profiles (made there once: 4 files of `weight_file_mib`)."""
+    real weight files for the stock profiles (made there once: 4 files of `weight_file_mib`). `parks`: the
+    stock profiles that park (the demo shows a wake)."""
     if os.geteuid() != 0:
         raise K25Error("the sandbox needs root (it boots systemd in namespaces)")
     SANDBOX_HOME.mkdir(parents=True, exist_ok=True)
@@ -176,8 +178,16 @@ def up(
         if weights is not None:
             make_weights(weights, weight_file_mib)
             binds = (*binds, weights)
-        engine_ports = write_tree(root, port=port, extra_profiles=profiles, load_seconds=load_seconds,
-                                  settings=settings, binds=binds, weights=weights)  # fmt: skip
+        engine_ports = write_tree(
+            root,
+            port=port,
+            extra_profiles=profiles,
+            load_seconds=load_seconds,
+            settings=settings,
+            binds=binds,
+            weights=weights,
+            parks=parks,
+        )
     cgroups = plan_cgroups(name)
     script = _boot_script(root, cgroups, fresh_host=fresh_host)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)

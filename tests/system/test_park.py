@@ -20,6 +20,7 @@ import pytest
 from daemon.core.command import k25_command
 from daemon.sandbox import sandbox as sbx
 from daemon.sandbox.layout import fake_engine_profile, free_port, make_models
+from daemon.sandbox.rendered import rendered_profile, write_engine_shims
 from tests.sandboxing import Api, inside
 
 BASELINE_UNIT = "vllm-kimi-k25-int4.service"
@@ -44,7 +45,18 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     write("speczero", park="sleep", spec=SPEC, faults=("wake-zero-acceptance",))
     write("bigger", settings={"memory_fraction": "1.0"})  # needs every MiB of each GPU
     # The known answer (a wake is proven by the tokens, not by liveness).
-    write("sgpark", flavor="sglang", park="release")  # both flags, as k25-ctl renders them
+    # Rendered (no `command`): k25-ctl's own argv for SGLang, answered by the fake engine through a shim.
+    shims = write_engine_shims(tmp_path_factory.mktemp("park-shims"))
+    sgpark = rendered_profile(
+        "sgpark",
+        flavor="sglang",
+        port=free_port(),
+        model=models / "Kimi-K2.5-INT4",
+        shims=shims,
+        fake_args=("--load-seconds", "1"),
+        park="release",
+    )
+    (extra / "sgpark.toml").write_text(sgpark)
     write("sgnobackup", flavor="sglang", park="release", park_flags=("--enable-memory-saver",))
     write("level2", park="sleep", settings={"park_level": "2"})
     write("norpc", park="sleep", settings={"park_level": "2"}, faults=("no-collective-rpc",))
@@ -320,9 +332,12 @@ def test_an_sglang_command_without_the_cpu_backup_is_refused(host: Api) -> None:
 
 
 def test_sglang_parks_and_resumes_with_the_same_process_and_answer(host: Api) -> None:
+    argv = host.client.get("/profiles/sgpark").json()["argv"]
+    assert argv[:3] == ["python3", "-m", "sglang.launch_server"], argv  # rendered, not a command
+    assert argv[-2:] == ["--enable-memory-saver", "--enable-weights-cpu-backup"], argv
     pid, back = _park_and_wake(host, "sgpark")
     assert _main_pid(host, "k25-engine@sgpark.service") == pid
-    assert "--enable-weights-cpu-backup" in host.client.get("/profiles/sgpark").json()["argv"]
+    assert "resume memory occupation" in _journal(host, "k25-engine@sgpark.service")
     assert any(d.startswith("known answer equal to run ") for d in _details(back, "waking")), _details(back)
     assert {"wake", "known_answer"} <= set(back["load_stages"] or {})
 
