@@ -21,6 +21,7 @@ from daemon.benchmark.experiments import Benchmarks, ExperimentRequest
 from daemon.core.errors import InvalidInput, K25Error, NotFound, UnitNotFound
 from daemon.core.hoststate import HostState
 from daemon.core.run_types import NewRun, Outcome, RunKind
+from daemon.host.systemd import ActiveState
 from daemon.host.timers import TimerPort, TimerSpec
 from daemon.runs.jobs import JobKind, Jobs
 from daemon.runs.recorder import RunRecorder
@@ -94,7 +95,9 @@ class Schedules:
             if t is None:
                 continue
             nxt = datetime.fromtimestamp(t.next_elapse_us / 1e6, UTC) if t.next_elapse_us else None
-            out.append(dataclasses.replace(schedule, next_run=nxt, active=t.active_state == "active"))
+            out.append(
+                dataclasses.replace(schedule, next_run=nxt, active=t.active_state == ActiveState.ACTIVE)
+            )
         return out
 
     async def cancel(self, sid: int) -> None:

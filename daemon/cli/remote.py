@@ -12,9 +12,11 @@ from typing import Any
 
 from daemon.cli.client import ApiError, ApiJson, Client, daemon_url, read_token
 from daemon.cli.exit_codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from daemon.core.run_types import UNSUCCESSFUL
 from daemon.core.settings import load_settings
 
-FAILED_OUTCOMES = ("failed", "cancelled", "degraded", "interrupted", "needs_reset")
+# A run's outcome as the daemon sent it (an unknown one, from a newer daemon, is not a failure).
+FAILED_OUTCOMES = frozenset(o.value for o in UNSUCCESSFUL)
 
 
 def client(args: argparse.Namespace) -> Client:

@@ -65,6 +65,8 @@ class Outcome(enum.StrEnum):
 
 
 FINAL_OUTCOMES = tuple(o for o in Outcome if o is not Outcome.RUNNING)
+# How a run ends when it did not do what it was for (the CLI exits 3 for these).
+UNSUCCESSFUL = frozenset({Outcome.FAILED, Outcome.CANCELLED, Outcome.INTERRUPTED, Outcome.CRASHED})
 
 
 class RunEventJson(TypedDict, total=False):

@@ -4,6 +4,7 @@ read a unit's state, and stream its state changes (PropertiesChanged)."""
 from __future__ import annotations
 
 import asyncio
+import enum
 import time
 from collections.abc import AsyncIterator
 from contextlib import AbstractAsyncContextManager, asynccontextmanager
@@ -25,8 +26,26 @@ from daemon.host.systemd_dbus import (
 )
 
 Action = Literal["start", "stop"]
+
+
+class ActiveState(enum.StrEnum):
+    """A unit's ActiveState as systemd reports it (org.freedesktop.systemd1.Unit)."""
+
+    ACTIVE = "active"
+    RELOADING = "reloading"
+    INACTIVE = "inactive"
+    FAILED = "failed"
+    ACTIVATING = "activating"
+    DEACTIVATING = "deactivating"
+    MAINTENANCE = "maintenance"
+    REFRESHING = "refreshing"
+
+
 # The states of a unit with processes, as far as systemd knows.
-RUNNING = ("active", "activating", "deactivating", "reloading")
+RUNNING = frozenset(
+    {ActiveState.ACTIVE, ActiveState.ACTIVATING, ActiveState.DEACTIVATING, ActiveState.RELOADING}
+)
+DOWN = frozenset({ActiveState.INACTIVE, ActiveState.FAILED})
 
 
 @dataclass(frozen=True)
@@ -44,12 +63,17 @@ class UnitState:
 
     @property
     def is_active(self) -> bool:
-        return self.active_state == "active"
+        return self.active_state == ActiveState.ACTIVE
 
     @property
     def is_down(self) -> bool:
         """Stopped or failed: nothing of the unit runs (or is about to)."""
-        return self.active_state in ("inactive", "failed")
+        return self.active_state in DOWN
+
+    @property
+    def is_up(self) -> bool:
+        """Active, or on its way there: an engine that serves or loads."""
+        return self.active_state in (ActiveState.ACTIVE, ActiveState.ACTIVATING)
 
 
 @dataclass(frozen=True)
@@ -177,7 +201,7 @@ class SdbusSystemd:
     async def running(self, pattern: str) -> list[str]:
         """The units matching a glob that are up, starting or stopping (systemd's ListUnitsByPatterns)."""
         try:
-            rows = await self._manager.list_units_by_patterns(list(RUNNING), [pattern])
+            rows = await self._manager.list_units_by_patterns(sorted(s.value for s in RUNNING), [pattern])
         except SdBusBaseError as e:
             raise translate(e) from e
         return sorted(row[0] for row in rows)

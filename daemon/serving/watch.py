@@ -221,7 +221,7 @@ class ServingWatch:
                 if lp is not None:
                     await self._external(lp, how, Outcome.OK if st.result == "success" else Outcome.CRASHED)
             return
-        if st.active_state not in ("active", "activating"):
+        if not st.is_up:
             if unit in self.hub.status.conflicts:
                 self.hub.conflicts(tuple(u for u in self.hub.status.conflicts if u != unit))
             return

@@ -49,7 +49,7 @@ async def reconcile(
         if name in parked:
             continue
         with contextlib.suppress(K25Error):
-            if (await systemd.state(lp.profile.unit)).active_state in ("active", "activating"):
+            if (await systemd.state(lp.profile.unit)).is_up:
                 active.append(name)
     last_good = await asyncio.to_thread(store.last_good_profile)
     chosen = last_good if last_good in active else (active[0] if active else None)

@@ -1,0 +1,51 @@
+"""The CLI's exit code says how a run ended: a run read back (`k25-ctl run ID`) that crashed, failed, was
+cancelled or interrupted exits 3; one that ended well exits 0. A one-route daemon on a real socket."""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from daemon.cli.exit_codes import EXIT_FAILED, EXIT_OK
+from daemon.cli.main import main
+from daemon.core.run_types import Outcome
+
+RUN = {"id": 5, "kind": "serving", "profile": "baseline", "from_profile": None, "events": [], "error": None}
+
+
+@pytest.fixture
+def daemon() -> Iterator[tuple[str, dict[str, str]]]:
+    answer = {"outcome": "ok"}
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            body = json.dumps(RUN | answer).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}", answer
+    server.shutdown()
+
+
+@pytest.mark.parametrize("outcome", list(Outcome))
+def test_run_exits_3_for_every_outcome_that_did_not_end_well(
+    daemon: tuple[str, dict[str, str]], outcome: Outcome, capsys: pytest.CaptureFixture[str]
+) -> None:
+    url, answer = daemon
+    answer["outcome"] = outcome.value
+    bad = {Outcome.FAILED, Outcome.CANCELLED, Outcome.INTERRUPTED, Outcome.CRASHED}
+    assert main(["run", "5", "--url", url]) == (EXIT_FAILED if outcome in bad else EXIT_OK)
+    assert f": {outcome.value}" in capsys.readouterr().out
