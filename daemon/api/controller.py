@@ -36,12 +36,12 @@ from daemon.api.schemas import (
 )
 from daemon.api.status_view import StatusView
 from daemon.core import redact
-from daemon.core.errors import Busy, NotFound
+from daemon.core.errors import NotFound
 from daemon.core.hoststate import HostState, HostStatus, StateHub
-from daemon.core.run_types import FINAL_OUTCOMES, NewRun, Outcome, Phase, RunEventJson, RunKind
+from daemon.core.run_types import FINAL_OUTCOMES, Phase, RunEventJson
 from daemon.engines.load_stages import segments
-from daemon.runs.jobs import JobKind, Jobs
-from daemon.runs.recorder import HostAfter, RunRecorder
+from daemon.runs.jobs import Jobs
+from daemon.runs.recorder import RunRecorder
 from daemon.serving.watch import ServingWatch
 from daemon.status.exporter import K25Collector
 from daemon.status.exporter import render as render_metrics
@@ -49,9 +49,9 @@ from daemon.status.inventory import Inventory, ProfileEntry
 from daemon.status.sampler import HostSampler
 from daemon.store.queries import RunView, Store
 from daemon.switching.known_answer import KnownAnswers
+from daemon.switching.maintenance import MaintenanceTeardown
 from daemon.switching.parking import Parking
 from daemon.switching.transaction import Switcher
-from daemon.teardown.execute import Teardown
 from daemon.warming.service import WarmService
 
 
@@ -63,7 +63,7 @@ class Controller:
         sampler: HostSampler,
         switcher: Switcher,
         recorder: RunRecorder,
-        teardown: Teardown,
+        maintenance: MaintenanceTeardown,
         default_profile: str,
         watch: ServingWatch,
         bench: BenchController,
@@ -74,7 +74,7 @@ class Controller:
         collector: K25Collector,
     ) -> None:
         self.inventory, self.sampler, self.switcher = inventory, sampler, switcher
-        self.recorder, self.teardown = recorder, teardown
+        self.recorder, self.maintenance = recorder, maintenance
         self.watch, self.bench, self.jobs, self.warms, self.parking = watch, bench, jobs, warms, parking
         self.store: Store = recorder.store
         self.hub: StateHub = recorder.hub
@@ -171,14 +171,8 @@ class Controller:
         return await self.activate(self.default_profile, force=False, wait=wait, drain=drain)
 
     async def unpark(self, name: str) -> RunOut:
-        """Stop a parked engine (a run of kind `unpark`); one job at a time, as a switch."""
-        if self.parking.get(name) is None:
-            raise NotFound(f"profile {name!r} is not parked")
-        with self.jobs.admit(JobKind.SWITCH, subject=name, label=f"unpark {name}") as slot:
-            run_id = await self.recorder.create(NewRun(RunKind.UNPARK, name))
-            task = slot.start(run_id, self.parking.unpark(run_id, name))
-        await asyncio.wait({task})
-        return await self.run(run_id)
+        """Stop a parked engine (a run of kind `unpark`) and answer with its run."""
+        return await self.run(await self.parking.unpark(name))
 
     async def cancel(self, run_id: int) -> CancelOut:
         self.jobs.cancel(run_id)
@@ -241,21 +235,11 @@ class Controller:
         return self._frame[1]
 
     async def teardown_plan(self) -> TeardownPlanOut:
-        plan = await self.teardown.plan(managed_units=self._units(), parked=await self.parking.spared())
-        return TeardownPlanOut.model_validate(plan)
+        return TeardownPlanOut.model_validate(await self.maintenance.plan())
 
     async def run_teardown(self) -> TeardownRunOut:
-        """Maintenance teardown: only when no engine should run (the host is idle or degraded)."""
-        st = self.hub.status
-        if st.state not in (HostState.IDLE, HostState.FAILED, HostState.DEGRADED):
-            raise Busy(f"the host is {st.state}: stop the engine (or switch) instead")
-        run_id = await self.recorder.create(NewRun(RunKind.TEARDOWN, profile=None))
-        report = await self.teardown.run(managed_units=self._units(), parked=await self.parking.spared())
-        await self.recorder.teardown(run_id, report)
-        host = HostAfter(HostState.NEEDS_RESET, None, report.error) if report.needs_reset else None
-        await self.recorder.finish(
-            run_id, Outcome.OK if report.ok else Outcome.FAILED, error=report.error, host=host
-        )
+        """Maintenance teardown: only when no engine should run (the host is idle, failed or degraded)."""
+        run_id, report = await self.maintenance.run()
         return TeardownRunOut(run_id=run_id, report=TeardownReportOut.model_validate(report.to_dict()))
 
 

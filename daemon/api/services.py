@@ -43,6 +43,7 @@ from daemon.store.queries import Store
 from daemon.switching.drain import DrainTimes
 from daemon.switching.known_answer import KnownAnswers
 from daemon.switching.launch import write_launch
+from daemon.switching.maintenance import MaintenanceTeardown
 from daemon.switching.parking import Parking
 from daemon.switching.ports import SwitchPorts
 from daemon.switching.reconcile import reconcile
@@ -165,6 +166,7 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         ports=switch_ports,
         recorder=recorder,
         store=ParkedStore(store),
+        jobs=jobs,
         answers=answers,
         weight_bytes=lambda p: warmer.scan(p).bytes,
         mem_available=mem_available,
@@ -218,7 +220,9 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         sampler=sampler,
         switcher=switcher,
         recorder=recorder,
-        teardown=host.teardown,
+        maintenance=MaintenanceTeardown(
+            teardown=host.teardown, recorder=recorder, jobs=jobs, units=inventory.units, spared=parking.spared
+        ),
         default_profile=s.default_profile,
         watch=watch,
         bench=BenchController(benchmarks, schedules, answers),

@@ -3,9 +3,10 @@ run id, its kind, the job it belongs to (an experiment's switches and benchmarks
 decides what may start beside what (`conflict`), one path cancels, one line says what runs: the 409's
 text and `/status`'s job line both come from here.
 
-The rules: one switch at a time; an operator's switch waits for a benchmark or experiment, while the
-switches those jobs (or the serving watch) ask for go ahead; a benchmark or experiment waits for any
-switch and any other benchmark or experiment; warms run beside everything, one per profile."""
+The rules: one switch, maintenance teardown or unpark at a time (each starts, stops or kills engines); an
+operator's switch, teardown or unpark waits for a benchmark or experiment, while the switches those jobs
+(or the serving watch) ask for go ahead; a benchmark or experiment waits for any of them and any other
+benchmark or experiment; warms run beside everything, one per profile."""
 
 from __future__ import annotations
 
@@ -28,9 +29,13 @@ class JobKind(enum.StrEnum):
     WARM = "warm"
     BENCHMARK = "benchmark"
     EXPERIMENT = "experiment"
+    TEARDOWN = "teardown"  # the maintenance teardown (POST /teardown): it kills what holds the GPUs
+    UNPARK = "unpark"  # a parked engine stopped on request
 
 
 HOLDS_HOST = (JobKind.BENCHMARK, JobKind.EXPERIMENT)  # measured jobs: nothing else may switch meanwhile
+# Jobs that start, stop or kill engines: one at a time, whoever asks.
+EXCLUSIVE = (JobKind.SWITCH, JobKind.TEARDOWN, JobKind.UNPARK)
 
 
 @dataclass(eq=False)
@@ -64,7 +69,7 @@ class Job:
     def busy_text(self) -> str:
         if not self.run_id:
             return f"a {self.kind} is starting"
-        if self.kind is JobKind.SWITCH:
+        if self.kind in EXCLUSIVE:
             return f"run {self.current} ({self.label}) is in progress"
         return (
             f"{self.kind} run {self.run_id} is in progress (cancel it first: POST /runs/{self.run_id}/cancel)"
@@ -121,8 +126,8 @@ class Jobs:
         if kind is JobKind.WARM:
             same = [j for j in self.running(JobKind.WARM) if j.subject == subject]
             return f"profile {subject!r} is being warmed already" if same else None
-        if switch := self.running(JobKind.SWITCH):
-            return switch[0].busy_text()
+        if exclusive := [j for j in self._jobs if j.kind in EXCLUSIVE]:
+            return exclusive[0].busy_text()
         if parent is not None and (kind is JobKind.SWITCH or self.find(parent) is not None):
             return None  # a job's own step, or a switch the serving watch asks for: ahead of the held job
         held = self._holder()

@@ -13,13 +13,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
-from daemon.core.errors import K25Error
+from daemon.core.errors import K25Error, NotFound
 from daemon.core.hoststate import ParkedInfo
 from daemon.core.profiles import LoadedProfile, Profile, ProfileSet
-from daemon.core.run_types import Outcome, Phase
+from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
 from daemon.engines import engine_for
 from daemon.engines.base import Engine, ParkCalls
 from daemon.engines.client import ProbeFailed, ProbeProgress
+from daemon.runs.jobs import JobKind, Jobs
 from daemon.runs.recorder import RunRecorder
 from daemon.store.parked import ParkedStore
 from daemon.switching import park_guards as guards
@@ -56,6 +57,7 @@ class Parking:
         ports: SwitchPorts,
         recorder: RunRecorder,
         store: ParkedStore,
+        jobs: Jobs,
         answers: KnownAnswers,
         weight_bytes: Callable[[Profile], int],
         mem_available: Callable[[], int],
@@ -63,7 +65,7 @@ class Parking:
         max_parked: int,
         stop_timeout_s: float,
     ) -> None:
-        self.ports, self.recorder, self.store = ports, recorder, store
+        self.ports, self.recorder, self.store, self.jobs = ports, recorder, store, jobs
         self.answers = answers  # every wake is proven by the answer recorded after the cold start
         self._weight_bytes, self._mem_available = weight_bytes, mem_available
         self.ram_reserve_bytes, self.max_parked, self.stop_timeout_s = (
@@ -311,8 +313,20 @@ class Parking:
             )
         return True
 
-    async def unpark(self, run_id: int, name: str) -> None:
-        """The operator's unpark, as run `run_id`: the engine stops, its host RAM and GPU memory freed."""
+    async def unpark(self, name: str) -> int:
+        """The operator's unpark: a job of its own (one at a time with switches and teardowns), a run of
+        kind `unpark`; returns once it has ended."""
+        if self.get(name) is None:
+            raise NotFound(f"profile {name!r} is not parked")
+        with self.jobs.admit(JobKind.UNPARK, subject=name, label=f"unpark {name}") as slot:
+            run_id = await self.recorder.create(NewRun(RunKind.UNPARK, name))
+            task = slot.start(run_id, self._unpark(run_id, name))
+        await asyncio.wait({task})
+        return run_id
+
+    async def _unpark(self, run_id: int, name: str) -> None:
+        """The engine stops, its host RAM and GPU memory freed."""
+        self.jobs.say(run_id, f"unpark run {run_id}: stopping parked {name}")
         info = self.get(name)
         freed = (f"{info.host_ram_bytes / GIB:.1f} GiB of host RAM and {sum(info.gpu_mib.values())} MiB "
                  "of GPU memory" if info else "")  # fmt: skip

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -14,7 +15,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from daemon.api.app import create_app
 from daemon.api.services import HostPorts
 from daemon.core.errors import K25Error
-from daemon.host.gpu import NoGpus
+from daemon.host.gpu import GpuInfo, NoGpus
 from tests.api.conftest import Env, make_settings, wait_run
 from tests.api.fakes import BrokenNvml, FakeJournal, FakeProber, FakeSystemd, fake_teardown
 from tests.waiting import eventually
@@ -204,3 +205,55 @@ async def test_two_requests_at_once_start_one_switch(env: Env) -> None:
     accepted = a if a.status_code == 202 else b
     assert (await wait_run(env, accepted.json()["run_id"]))["outcome"] == "active"
     assert [r["kind"] for r in (await env.client.get("/runs")).json()] == ["serving", "switch"]
+
+
+class GatedGpus:
+    """A GPU view whose reads wait (in the teardown's thread) until the test opens the gate: a teardown
+    that takes its time, as one that SIGTERMs and waits for an engine does."""
+
+    required = False
+
+    def __init__(self) -> None:
+        self.gate = threading.Event()
+        self.gate.set()
+        self.waiting = threading.Event()
+
+    def gpus(self, *, light: bool = False) -> list[GpuInfo]:
+        if not self.gate.is_set():
+            self.waiting.set()
+            self.gate.wait(timeout=30)
+        return []
+
+    def driver_version(self) -> str | None:
+        return None
+
+
+async def test_a_maintenance_teardown_is_a_job_a_switch_must_wait_for(tmp_path: Path) -> None:
+    """An activate while POST /teardown kills and verifies gets 409 naming the teardown (it used to start
+    an engine the teardown was about to kill); /status shows the teardown as the job that runs."""
+    gpus = GatedGpus()
+    settings = make_settings(tmp_path)
+    journal = FakeJournal()
+    systemd = FakeSystemd(journal, {"k25-engine@alpha.service"})
+    ports = HostPorts(
+        systemd=systemd, journal=journal, gpus=gpus, teardown=fake_teardown(gpus), prober=FakeProber(systemd)
+    )
+    app = create_app(settings, lambda _: ports)
+    auth = {"Authorization": "Bearer s3cret-token"}
+    async with app.router.lifespan_context(app):
+        async with httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://k25") as c:
+            gpus.gate.clear()
+            teardown = asyncio.create_task(c.post("/teardown", headers=auth))
+            await asyncio.to_thread(gpus.waiting.wait, 10)  # the teardown reads the GPUs
+            r = await c.post("/profiles/alpha/activate", headers=auth)
+            assert r.status_code == 409, r.text
+            assert "(maintenance teardown) is in progress" in r.json()["detail"]
+            st = (await c.get("/status")).json()
+            assert "teardown run " in (st["job"] or ""), st
+            assert (await c.post("/teardown", headers=auth)).status_code == 409  # one at a time too
+            gpus.gate.set()
+            done = await teardown
+            assert done.status_code == 200, done.text
+            assert systemd.states.get("k25-engine@alpha.service") is None  # nothing was started meanwhile
+            r = await c.post("/profiles/alpha/activate", headers=auth)
+            assert r.status_code == 202, r.text
