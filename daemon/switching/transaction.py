@@ -9,8 +9,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass
-from datetime import datetime
 
 from daemon.core.errors import K25Error, NotFound, Refused
 from daemon.core.hoststate import HostState
@@ -29,26 +27,9 @@ from daemon.switching.events import RunEvents as _Events
 from daemon.switching.known_answer import KnownAnswers
 from daemon.switching.parking import Parking
 from daemon.switching.ports import ServingHooks, SwitchFailed, SwitchPorts, WarmHook
+from daemon.switching.state import SwitchState
 
 log = logging.getLogger("k25.switch")
-
-
-@dataclass
-class _Txn:
-    """One transaction's own state: what it drains first, when the host left the balancer's rotation (to
-    record the downtime on whichever run brings it back), and once it rolls back, a cancel is refused."""
-
-    rolling_back: bool = False
-    drain_from: LoadedProfile | None = None  # the serving profile, drained before it is stopped
-    measure_cut: LoadedProfile | None = None  # not drained: still count what the stop cuts
-    out_at: datetime | None = None  # the host was in rotation until then
-    park_from: LoadedProfile | None = None  # the serving engine, parked instead of stopped where it may be
-    resumed_wake: bool = False  # a daemon restart cut a wake short: the engine followed was woken
-
-    def refusal(self, run_id: int) -> str | None:
-        if self.rolling_back:
-            return f"run {run_id} has failed and is rolling back: the rollback cannot be cancelled"
-        return None
 
 
 class Switcher:
@@ -96,7 +77,7 @@ class Switcher:
         """Start a switch (or a restart or rollback the serving watch asks for, linked to `parent`); returns
         its run id, or None when `name` is already active and healthy. The serving engine drains first
         unless `drain` is False, `force` is given or its profile says `drain = false`."""
-        profiles = await self._read_profiles()  # afresh: the file as it is now is what runs
+        profiles = await self._read()  # afresh: the file as it is now is what runs
         lp = profiles.get(name)
         if lp is None:
             bad = next((str(p) for p in profiles.invalid if p.name == name), None)
@@ -110,7 +91,7 @@ class Switcher:
             if (await self.ports.systemd.state(lp.profile.unit)).is_active:
                 return None
         # An operator's switch waits for a benchmark; a job's own switch and the watch's do not.
-        with self._admit(name, parent) as (slot, txn):
+        with self._admit(name, parent, profiles) as (slot, txn):
             st = self.hub.status
             previous = from_profile or st.active_profile
             self._plan_drain(txn, drain=drain and not force)
@@ -121,7 +102,7 @@ class Switcher:
             slot.start(run_id, self._transaction(run_id, lp, previous, txn))
             return run_id
 
-    def _plan_drain(self, txn: _Txn, *, drain: bool) -> None:
+    def _plan_drain(self, txn: SwitchState, *, drain: bool) -> None:
         """A host that serves (active, in the balancer's rotation) leaves it now; its engine drains first."""
         serving = self.serving.current()
         if self.hub.status.state is not HostState.ACTIVE or serving is None:
@@ -135,20 +116,28 @@ class Switcher:
             txn.measure_cut = serving
 
     @contextlib.contextmanager
-    def _admit(self, name: str, parent: int | None) -> Iterator[tuple[Slot, _Txn]]:
-        txn = _Txn()
+    def _admit(
+        self, name: str, parent: int | None, profiles: ProfileSet
+    ) -> Iterator[tuple[Slot, SwitchState]]:
+        txn = SwitchState(profiles=profiles)
         with self.jobs.admit(
             JobKind.SWITCH, parent=parent, subject=name, label=f"switch to {name}", refuse_cancel=txn.refusal
         ) as slot:
             yield slot, txn
 
     async def resume(
-        self, lp: LoadedProfile, *, parent: int, from_profile: str | None, woke: bool = False
+        self,
+        lp: LoadedProfile,
+        profiles: ProfileSet,
+        *,
+        parent: int,
+        from_profile: str | None,
+        woke: bool = False,
     ) -> int:
         """After a daemon restart mid-start: the engine that run `parent` started (or `woke`) still runs but
         was never proven ready. A new run follows it (no stop, no start) through loading and the probe; a
         woken one must also give its known answer, else it is started cold."""
-        with self._admit(lp.profile.name, parent) as (slot, txn):
+        with self._admit(lp.profile.name, parent, profiles) as (slot, txn):
             run_id = await self._new_run(RunKind.SWITCH, lp, from_profile=from_profile, parent=parent)
             self.recorder.begin(run_id, lp.profile.name)
             await self.recorder.event(
@@ -163,13 +152,13 @@ class Switcher:
         nothing running, bring the known-good profile back (the undo it could not finish)."""
         if cut is None:
             return
-        profiles = await self._read_profiles()
+        profiles = await self._read()
         lp = profiles.get(cut.profile)
         if resume and lp is not None:
             woke = cut.phase is Phase.WAKING
-            await self.resume(lp, parent=cut.run_id, from_profile=cut.from_profile, woke=woke)
+            await self.resume(lp, profiles, parent=cut.run_id, from_profile=cut.from_profile, woke=woke)
             return
-        target = await self.rollback_target(cut.profile, cut.from_profile)
+        target = await self.rollback_target(cut.profile, cut.from_profile, profiles)
         if target is None:
             what = f"run {cut.run_id} ({cut.kind} to {cut.profile}, in {cut.phase})"
             reason = f"the daemon stopped during {what} and no known-good profile is left: activate one"
@@ -185,6 +174,12 @@ class Switcher:
             from_profile=cut.profile,
         )
 
+    async def _read(self) -> ProfileSet:
+        """The profiles folder, read once per switch; every profile a switch can start is followed."""
+        profiles = await self._read_profiles()
+        self.serving.follow_units()
+        return profiles
+
     # -- the transaction -------------------------------------------------------------------------------
 
     async def _new_run(
@@ -195,7 +190,7 @@ class Switcher:
         return await self.recorder.create(new)
 
     async def _transaction(
-        self, run_id: int, lp: LoadedProfile, previous: str | None, txn: _Txn, *, resume: bool = False
+        self, run_id: int, lp: LoadedProfile, previous: str | None, txn: SwitchState, *, resume: bool = False
     ) -> None:
         try:
             if not await drain_for_switch(run_id, self.recorder, self.ports.prober, self.drain_times, txn):
@@ -212,7 +207,7 @@ class Switcher:
             self.recorder.settle(HostAfter(HostState.DEGRADED, None, why))
 
     async def _attempt(
-        self, run_id: int, lp: LoadedProfile, txn: _Txn, *, cancellable: bool, resume: bool = False
+        self, run_id: int, lp: LoadedProfile, txn: SwitchState, *, cancellable: bool, resume: bool = False
     ) -> tuple[Outcome, SwitchFailed] | None:
         """One switch; any way it can fail becomes (outcome, SwitchFailed)."""
         try:
@@ -239,16 +234,16 @@ class Switcher:
         outcome: Outcome,
         failure: SwitchFailed,
         previous: str | None,
-        txn: _Txn,
+        txn: SwitchState,
     ) -> None:
         """After a failed switch: clean up, then link and start the rollback before the run's final event."""
-        error = await self._cleanup(run_id, lp, failure)
+        error = await self._cleanup(run_id, lp, failure, txn)
         if failure.needs_reset:
             await self.recorder.finish(
                 run_id, outcome, error=error, host=HostAfter(HostState.NEEDS_RESET, None, failure.reason)
             )
             return
-        target = await self.rollback_target(lp.profile.name, previous)
+        target = await self.rollback_target(lp.profile.name, previous, txn.profiles)
         if target is None:
             reason = f"{lp.profile.name}: {failure.reason}; no known-good profile to return to"
             await self.recorder.finish(
@@ -265,7 +260,7 @@ class Switcher:
         if second is None:
             return
         _, again = second
-        rb_error = await self._cleanup(rb, target, again)
+        rb_error = await self._cleanup(rb, target, again, txn)
         state = HostState.NEEDS_RESET if again.needs_reset else HostState.DEGRADED
         reason = (
             f"switch failed ({failure.reason}); rollback to {target.profile.name} failed "
@@ -273,13 +268,13 @@ class Switcher:
         )
         await self.recorder.finish(rb, Outcome.FAILED, error=rb_error, host=HostAfter(state, None, reason))
 
-    async def _cleanup(self, run_id: int, lp: LoadedProfile, failure: SwitchFailed) -> str:
+    async def _cleanup(self, run_id: int, lp: LoadedProfile, failure: SwitchFailed, txn: SwitchState) -> str:
         """Stop the unit that failed and tear down again; returns the run's error text."""
         await self.recorder.event(run_id, Phase.CLEANUP, failure.reason)
         excerpt = failure.excerpt or failure.reason
         if not failure.needs_reset:
             try:
-                await self._stop_and_teardown(run_id, tuple(lp.profile.gpus))
+                await self._stop_and_teardown(run_id, txn, tuple(lp.profile.gpus))
             except SwitchFailed as e:
                 failure.needs_reset = e.needs_reset
                 excerpt += f"\n[cleanup] {e.reason}"
@@ -288,16 +283,21 @@ class Switcher:
                 excerpt += f"\n[cleanup] {type(e).__name__}: {e}"
         return f"{failure.reason}\n{excerpt}" if failure.excerpt else excerpt
 
-    async def rollback_target(self, failed: str, previous: str | None) -> LoadedProfile | None:
-        """The profile a failure returns to: the previous one, the last good one, or the default."""
-        profiles = await self._read_profiles()
+    async def rollback_target(
+        self, failed: str, previous: str | None, profiles: ProfileSet | None = None
+    ) -> LoadedProfile | None:
+        """The profile a failure returns to: the previous one, the last good one, or the default (from
+        `profiles`, a switch's own set; read afresh without)."""
+        profiles = profiles or await self._read()
         last_good = await asyncio.to_thread(self.store.last_good_profile)
         for name in (previous, last_good, self.default_profile):
             if name and name != failed and (lp := profiles.get(name)) is not None:
                 return lp
         return None
 
-    async def _switch(self, run_id: int, lp: LoadedProfile, txn: _Txn, *, resume: bool = False) -> None:
+    async def _switch(
+        self, run_id: int, lp: LoadedProfile, txn: SwitchState, *, resume: bool = False
+    ) -> None:
         p = lp.profile
         engine = engine_for(p)
         events = _Events(self.recorder, run_id)
@@ -315,7 +315,7 @@ class Switcher:
                 else None
             )
             try:
-                await self._stop_and_teardown(run_id, gpus=tuple(p.gpus), ports=(p.port,))
+                await self._stop_and_teardown(run_id, txn, gpus=tuple(p.gpus), ports=(p.port,))
                 await asyncio.to_thread(self._write_launch, lp, run_id, engine.argv(p))
                 with contextlib.suppress(K25Error):  # a unit left failed earlier may start again
                     await self.ports.systemd.reset_failed(p.unit)
@@ -349,17 +349,19 @@ class Switcher:
             await self.answers.record(run_id, lp, events)
         await self._active(run_id, lp, txn, seen.load_seconds)
 
-    async def _wake(self, run_id: int, lp: LoadedProfile, txn: _Txn) -> bool:
+    async def _wake(self, run_id: int, lp: LoadedProfile, txn: SwitchState) -> bool:
         """The target is parked: clear the GPUs around it and wake it; False when the wake failed (it was
         stopped, recorded) and the switch goes on with a cold start."""
-        await self._stop_and_teardown(run_id, gpus=tuple(lp.profile.gpus))
+        await self._stop_and_teardown(run_id, txn, gpus=tuple(lp.profile.gpus))
         seconds = await self.parking.wake(run_id, lp)
         if seconds is None:
             return False
         await self._active(run_id, lp, txn, seconds)
         return True
 
-    async def _active(self, run_id: int, lp: LoadedProfile, txn: _Txn, load_seconds: float | None) -> None:
+    async def _active(
+        self, run_id: int, lp: LoadedProfile, txn: SwitchState, load_seconds: float | None
+    ) -> None:
         """The switch's last records come before its final event: whoever sees the run end `active` finds
         its serving run and its downtime there (/ready turns 200 with the final event, ms later)."""
         if txn.out_at is not None:  # it left the rotation (no job could have taken it out meanwhile)
@@ -373,10 +375,9 @@ class Switcher:
         )
 
     async def _stop_and_teardown(
-        self, run_id: int, gpus: tuple[int, ...] | None, ports: tuple[int, ...] = ()
+        self, run_id: int, txn: SwitchState, gpus: tuple[int, ...] | None, ports: tuple[int, ...] = ()
     ) -> None:
-        profiles = await self._read_profiles()
-        units = tuple(dict.fromkeys(lp.profile.unit for lp in profiles.valid.values()))
+        units = tuple(dict.fromkeys(lp.profile.unit for lp in txn.profiles.valid.values()))
         spared = await self.parking.spared()
         await stop_and_teardown(
             run_id,

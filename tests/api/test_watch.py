@@ -7,7 +7,7 @@ import collections
 from collections.abc import Callable
 from typing import Any
 
-from tests.api.conftest import Env, wait_run
+from tests.api.conftest import PROFILE, Env, wait_run
 from tests.waiting import eventually
 
 ALPHA, BETA, BASE = "k25-engine@alpha.service", "k25-engine@beta.service", "k25-engine@baseline.service"
@@ -164,3 +164,19 @@ async def test_serving_metrics_rows_with_a_counter_reset(env: Env) -> None:
 
     await eventually(totals_agree, what="the run's generated tokens equal to its rows' sum")
     assert (await env.client.get("/runs/999/metrics")).status_code == 404
+
+
+async def test_a_profile_added_without_a_reload_is_followed_once_a_switch_starts_it(env: Env) -> None:
+    """A file dropped into profiles.d and activated at once (no reload): the switch reads it, so its unit
+    must be followed like the others, and its crash is a crash (on_failure), not a liveness guess."""
+    gamma = "k25-engine@gamma.service"
+    env.systemd.known.add(gamma)
+    await _activate(env, "baseline")
+    (env.settings.profiles_path / "gamma.toml").write_text(PROFILE.format(port=9150))
+    await _activate(env, "gamma")
+    st = await _until(env, lambda s: s["serving_run_id"] is not None, "serving")
+    env.systemd._set(gamma, "failed", "failed", "signal")  # kill -9
+    serving = await wait_run(env, st["serving_run_id"])
+    assert (serving["outcome"], serving["phase"]) == ("crashed", "crashed"), serving
+    assert "exited on its own (failed, result signal" in serving["error"]
+    await _until(env, lambda s: s["state"] == "active" and s["active_profile"] == "baseline", "rolled back")

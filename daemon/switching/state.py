@@ -1,0 +1,27 @@
+"""One switch transaction's own state, carried from the request through the attempt and its rollback."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from daemon.core.profiles import LoadedProfile, ProfileSet
+
+
+@dataclass
+class SwitchState:
+    """One transaction's own state: what it drains first, when the host left the balancer's rotation (to
+    record the downtime on whichever run brings it back), and once it rolls back, a cancel is refused."""
+
+    rolling_back: bool = False
+    drain_from: LoadedProfile | None = None  # the serving profile, drained before it is stopped
+    measure_cut: LoadedProfile | None = None  # not drained: still count what the stop cuts
+    out_at: datetime | None = None  # the host was in rotation until then
+    park_from: LoadedProfile | None = None  # the serving engine, parked instead of stopped where it may be
+    resumed_wake: bool = False  # a daemon restart cut a wake short: the engine followed was woken
+    profiles: ProfileSet = field(default_factory=ProfileSet)  # read once, when the switch was asked for
+
+    def refusal(self, run_id: int) -> str | None:
+        if self.rolling_back:
+            return f"run {run_id} has failed and is rolling back: the rollback cannot be cancelled"
+        return None
