@@ -14,10 +14,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.core.command import k25_command
+from daemon.core.errors import K25Error
 from daemon.core.profiles import engine_unit, under_private_tmp
 from daemon.engines import ENGINES
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[2]  # the source tree, where the package runs from one
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
 COPIED_UNITS = (
     "dbus.socket",
@@ -77,17 +78,40 @@ def render_unit(text: str, config: Path, root: Path, binds: tuple[Path, ...] = (
     text = text.replace("/usr/local/bin/k25-ctl", " ".join(k25_command()))
     text = text.replace("TimeoutStopSec=30", f"TimeoutStopSec={ENGINE_STOP_TIMEOUT_S}")
     text = re.sub(r"^(State|Configuration|Cache)Directory(Mode)?=.*\n", "", text, flags=re.M)
-    env = f"Environment=K25_CONFIG={config}\nEnvironment=PYTHONUNBUFFERED=1\nWorkingDirectory={REPO}\n"
+    env = f"Environment=K25_CONFIG={config}\nEnvironment=PYTHONUNBUFFERED=1\nWorkingDirectory={work_dir()}\n"
     if "PrivateTmp=yes" in text or "ProtectSystem=strict" in text:  # the daemon's unit
         env += "".join(f"BindPaths={p}\n" for p in (root, *binds))  # visible and writable
         env += "".join(f"BindReadOnlyPaths={p}\n" for p in hidden_by_private_tmp())
     return text.replace("[Service]\n", "[Service]\n" + env, 1)
 
 
+def units_dir() -> Path:
+    """The project's unit files: the source tree's units/, or the copy an installed package carries under
+    its prefix (as store.db finds the migrations)."""
+    for folder in (REPO / "units", Path(sys.prefix) / "share/k25-ctl/units"):
+        if any(folder.glob("k25-ctl.service")):
+            return folder
+    looked = f"{REPO / 'units'} and {Path(sys.prefix) / 'share/k25-ctl/units'}"
+    raise K25Error(
+        f"the unit files are missing from this installation (looked in {looked}): reinstall k25-ctl"
+    )
+
+
+def work_dir() -> Path:
+    """Where the sandbox's units and commands run: the source tree (tests import from it), or / where the
+    package is installed."""
+    return REPO if (REPO / "daemon").is_dir() and (REPO / "pyproject.toml").is_file() else Path("/")
+
+
 def hidden_by_private_tmp() -> list[Path]:
     """What the daemon's ExecStart needs that PrivateTmp would hide: the checkout, and the interpreter's
     prefixes (a virtualenv, and the Python it was made from) where they lie under /tmp or /var/tmp."""
-    needed = [REPO, Path(sys.prefix), Path(sys.base_prefix), Path(sys.executable).resolve().parent.parent]
+    needed = [
+        work_dir(),
+        Path(sys.prefix),
+        Path(sys.base_prefix),
+        Path(sys.executable).resolve().parent.parent,
+    ]
     found = [p for p in dict.fromkeys(needed) if under_private_tmp(str(p))]
     return [p for p in found if not any(p != q and p.is_relative_to(q) for q in found)]  # outermost only
 
@@ -107,7 +131,7 @@ def write_base_units(units: Path, wants: str = "") -> None:
 def write_units(root: Path, config: Path, binds: tuple[Path, ...] = ()) -> None:
     units = root / "units"
     write_base_units(units, " k25-ctl.service")
-    for unit in (REPO / "units").glob("*.service"):
+    for unit in units_dir().glob("*.service"):
         (units / unit.name).write_text(render_unit(unit.read_text(), config, root, binds))
 
 

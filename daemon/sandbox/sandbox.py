@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from daemon.core.errors import HostTimeout, K25Error, NotFound
-from daemon.sandbox.layout import REPO, free_port, make_weights, write_base_units, write_tree
+from daemon.sandbox.layout import free_port, make_weights, work_dir, write_base_units, write_tree
 
 SANDBOX_HOME = Path(os.environ.get("K25_SANDBOX_HOME", "/tmp/k25-sandboxes"))
 CGROUP_FS = Path("/sys/fs/cgroup")
@@ -51,7 +51,7 @@ class SandboxInfo:
             str(self.pid),
             "-m",
             "-p",
-            f"--wd={REPO}",
+            f"--wd={work_dir()}",
             "env",
             f"K25_CONFIG={self.config}",
             *argv,

@@ -289,16 +289,18 @@ class Store:
             q = select(Run).where(Run.kind == kind, Run.outcome == Outcome.RUNNING).order_by(col(Run.id))
             return list(s.exec(q).all())
 
-    def interrupted_sweep(self, run_ids: Collection[int]) -> SweepLeft | None:
-        """The newest of these runs that was a sweep: what it was to restore, and its variants' units."""
+    def interrupted_experiment(self, run_ids: Collection[int]) -> ExperimentLeft | None:
+        """The newest of these runs that was an experiment (a sweep or not): what it was to restore (None:
+        it was to stay), and a sweep's variants' units."""
         with self.session() as s:
             q = select(Experiment).where(col(Experiment.run_id).in_(list(run_ids)))
             for exp in s.exec(q.order_by(col(Experiment.run_id).desc())).all():
                 request = json.loads(exp.request)
-                if isinstance(request, dict) and request.get("vary"):
-                    back = request.get("restore_to")
-                    units = {str(v["unit"]): str(v["name"]) for v in request.get("variants") or ()}
-                    return SweepLeft(exp.run_id, back if isinstance(back, str) else None, units)
+                if not isinstance(request, dict):
+                    continue
+                back = request.get("restore_to")
+                units = {str(v["unit"]): str(v["name"]) for v in request.get("variants") or ()}
+                return ExperimentLeft(exp.run_id, back if isinstance(back, str) else None, units)
             return None
 
     def last_good_profile(self) -> str | None:
@@ -310,8 +312,8 @@ class Store:
 
 
 @dataclass(frozen=True)
-class SweepLeft:
-    """A sweep that a daemon restart cut short."""
+class ExperimentLeft:
+    """An experiment (a sweep or not) that a daemon restart cut short."""
 
     run_id: int
     restore_to: str | None

@@ -54,16 +54,18 @@ async def reconcile(
     last_good = await asyncio.to_thread(store.last_good_profile)
     chosen = last_good if last_good in active else (active[0] if active else None)
     last = await _last_switch(store)
+    # An experiment the restart cut short, to restore: what it measured must not go on serving production.
+    cut_exp = await _experiment_cut(store, profiles, last, chosen, variants)
+    if cut_exp is not None:
+        chosen = None
     resume = last if last and last.profile == chosen and last.phase in STARTING else None
-    restore = last if last and chosen is None else None
+    restore = cut_exp or (last if last and chosen is None else None)
     # The serving run of the engine that still serves carries on; every other unfinished run was cut short.
     open_serving = await asyncio.to_thread(store.open_runs, kind=RunKind.SERVING)
     keep = [r.id for r in open_serving if r.profile == chosen and r.id is not None and not resume][-1:]
     interrupted = await asyncio.to_thread(store.mark_interrupted, keep)
     for run_id in interrupted:
         log.warning("run %d: interrupted (the daemon stopped during the run)", run_id)
-    if chosen is None and (variants or restore is not None):
-        restore = await _sweep_cut(store, interrupted, restore, variants, profiles)
     if chosen and not resume:
         recorder.settle(HostAfter(HostState.ACTIVE, chosen))
         await serving.begin(profiles.valid[chosen], parent=None, adopt_run=keep[0] if keep else None)
@@ -104,17 +106,22 @@ async def _stop_variants(profiles: ProfileSet, systemd: SystemdPort, within_s: f
     return stopped
 
 
-async def _sweep_cut(
-    store: Store, interrupted: list[int], cut: CutShort | None, variants: list[str], profiles: ProfileSet
+async def _experiment_cut(
+    store: Store, profiles: ProfileSet, last: CutShort | None, serving: str | None, variants: list[str]
 ) -> CutShort | None:
-    """With nothing serving: a sweep the restart cut short restores what it was to restore (not a variant,
-    which is no profile now); anything else is the switch's own undo."""
-    if cut is not None and cut.profile in profiles.valid:
-        return cut
-    sweep = await asyncio.to_thread(store.interrupted_sweep, interrupted)
-    if sweep is None:
-        return cut
-    variant = cut.profile if cut is not None else sweep.variants.get(variants[0], variants[0])
-    log.warning("run %d: a sweep cut short by the restart (at %s): restoring %s", sweep.run_id, variant,
-                sweep.restore_to or "the last known-good profile")  # fmt: skip
-    return CutShort(sweep.run_id, RunKind.EXPERIMENT, variant, sweep.restore_to, Phase.INTERRUPTED)
+    """An experiment (or sweep) that the restart cut short and that was to restore: its undo, a rollback
+    to what it was to restore whose parent is the experiment. None: no such experiment, or what it was to
+    restore serves already."""
+    open_runs = await asyncio.to_thread(store.open_runs, kind=RunKind.EXPERIMENT)
+    left = await asyncio.to_thread(store.interrupted_experiment, [r.id for r in open_runs if r.id])
+    if left is None or left.restore_to is None or left.restore_to == serving:
+        return None
+    # What serves (or was being started): the experiment's profile, or a sweep's variant (no profile now).
+    at = serving or (last.profile if last is not None else None)
+    if at is None and variants:
+        at = left.variants.get(variants[0], variants[0])
+    log.warning("run %d: an experiment cut short by the restart (at %s): restoring %s", left.run_id,
+                at or "nothing", left.restore_to)  # fmt: skip
+    return CutShort(
+        left.run_id, RunKind.EXPERIMENT, at or left.restore_to, left.restore_to, Phase.INTERRUPTED
+    )

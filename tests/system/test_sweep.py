@@ -208,3 +208,35 @@ def test_a_daemon_killed_mid_sweep_stops_its_variant_and_restores(api: Api, sand
     assert not [p for p in api.client.get("/profiles").json() if "~" in p["name"]]
     journal = inside(sandbox, "journalctl", "-u", "k25-ctl.service", "-o", "cat", "--no-pager").stdout
     assert f"stopped {units[0]}" in journal, journal[-3000:]
+
+
+def test_a_daemon_killed_mid_experiment_restores_production(api: Api, sandbox: SandboxInfo) -> None:
+    """The daemon dies while an ordinary experiment measures vllm-eagle3 (a scheduled one at 03:00 alike).
+    After the restart the experiment is `interrupted` and what it was to restore comes back, as a rollback
+    whose parent is the experiment: the experimental profile does not go on serving production."""
+    api.activate("baseline")
+    body = {"profiles": ["vllm-eagle3"], "benchmark": SPEC | {"num_prompts": 64}}
+    r = api.client.post("/experiments", json=body)
+    assert r.status_code == 202, r.text
+    exp_id = r.json()["run_id"]
+    api.wait_until(
+        lambda: api.status()["active_profile"] == "vllm-eagle3" and api.status()["state"] == "active",
+        within_s=120,
+        what="vllm-eagle3 serving the experiment",
+    )
+    kill_daemon(api, sandbox)
+    assert api.run(exp_id)["outcome"] == "interrupted"
+    restore = api.wait_until(
+        lambda: next((r for r in api.client.get("/runs").json() if r["parent_id"] == exp_id), None),
+        what="the restoring run",
+    )
+    restore = api.wait_run(restore["id"])
+    assert (restore["kind"], restore["profile"], restore["from_profile"]) == (
+        "rollback",
+        "baseline",
+        "vllm-eagle3",
+    )
+    assert restore["outcome"] == "active", restore
+    assert api.status()["active_profile"] == "baseline"
+    eagle = inside(sandbox, "systemctl", "is-active", "k25-engine@vllm-eagle3.service").stdout.strip()
+    assert eagle in ("inactive", "failed"), eagle

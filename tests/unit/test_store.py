@@ -12,7 +12,7 @@ from daemon.core.errors import StoreError
 from daemon.core.run_types import NewRun, Outcome, Phase, Progress, RunKind
 from daemon.store.bench import BenchStore
 from daemon.store.db import alembic_config, downgrade, upgrade
-from daemon.store.queries import Store, SweepLeft
+from daemon.store.queries import ExperimentLeft, Store
 
 
 def _tables(path: Path) -> set[str]:
@@ -119,19 +119,23 @@ def test_the_summary_kept_current_equals_a_fresh_aggregate(tmp_path: Path) -> No
     assert kept.switch_seconds.keys() == fresh.switch_seconds.keys()
 
 
-def test_an_interrupted_sweep_says_what_it_was_to_restore(tmp_path: Path) -> None:
-    """After a restart: of the runs just interrupted, the newest sweep, its restore target and its variants'
-    units (an experiment that varied nothing is not a sweep)."""
+def test_an_interrupted_experiment_says_what_it_was_to_restore(tmp_path: Path) -> None:
+    """After a restart: of the runs just interrupted, the newest experiment (a sweep or not), its restore
+    target (None: it was to stay) and a sweep's variants' units."""
     store = Store.open(tmp_path / "k25.db")
     bench = BenchStore(store)
-    older, plain, sweep = (store.create_run(NewRun(RunKind.EXPERIMENT, None, "baseline")) for _ in range(3))
+    older, stays, plain, sweep = (
+        store.create_run(NewRun(RunKind.EXPERIMENT, None, "baseline")) for _ in range(4)
+    )
     variant = {"name": "sweepy~spec-tokens=1", "unit": "k25-engine@sweepy.v1.service"}
     bench.create_experiment(run_id=older, request={"vary": {"x": [1]}, "restore_to": "old", "variants": []})
+    bench.create_experiment(run_id=stays, request={"vary": {}, "restore_to": None})
     bench.create_experiment(run_id=plain, request={"vary": {}, "restore_to": "baseline"})
     bench.create_experiment(run_id=sweep, request={"vary": {"spec-tokens": [1]}, "restore_to": "baseline",
                                                    "variants": [variant]})  # fmt: skip
-    assert store.interrupted_sweep([plain, sweep, older]) == SweepLeft(
+    assert store.interrupted_experiment([plain, sweep, older]) == ExperimentLeft(
         sweep, "baseline", {"k25-engine@sweepy.v1.service": "sweepy~spec-tokens=1"}
     )
-    assert store.interrupted_sweep([plain]) is None
-    assert store.interrupted_sweep([]) is None
+    assert store.interrupted_experiment([plain, older]) == ExperimentLeft(plain, "baseline", {})
+    assert store.interrupted_experiment([stays]) == ExperimentLeft(stays, None, {})
+    assert store.interrupted_experiment([]) is None
