@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import asdict
+from datetime import UTC, datetime
 
 from daemon.api.answers_view import known_answer_out
 from daemon.api.benchmark_controller import BenchController
@@ -113,7 +114,8 @@ class Controller:
     def _status_marks(self) -> tuple[object, ...]:
         """What GET /status shows changes only with these (compared by value: cheap, a few objects)."""
         s = self.sampler
-        return (self.hub.status, s.gpus, s.gpu_error, s.strays, self.watch.changes, self.inventory.profiles)
+        hub, watch, inventory = self.hub.status, self.watch.changes, self.inventory.profiles
+        return (hub, s.gpus, s.gpus_at, s.gpu_error, s.strays, watch, inventory)
 
     async def status(self) -> StatusOut:
         st = self.hub.status
@@ -122,6 +124,7 @@ class Controller:
             **asdict(st),
             current_run=run,
             gpus=[GpuOut.model_validate(g) for g in self.sampler.gpus],
+            gpus_sampled_at=datetime.fromtimestamp(at, UTC) if (at := self.sampler.gpus_at) else None,
             gpu_error=self.sampler.gpu_error,
             units=await self._unit_states(),
             strays=[VictimOut.model_validate(v) for v in self.sampler.strays],

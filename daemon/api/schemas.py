@@ -260,6 +260,7 @@ class StatusOut(Out):
     since: float
     current_run: RunOut | None
     gpus: list[GpuOut]
+    gpus_sampled_at: datetime | None = None  # when the GPUs shown were read (a switch's end reads them)
     gpu_error: str | None = None
     units: dict[str, UnitStateOut]
     strays: list[VictimOut]

@@ -189,6 +189,7 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         host.gpus,
         host.teardown,
         inventory.units,
+        recorder.hub,
         gpu_every_s=s.gpu_sample_s,
         strays_every_s=s.strays_sample_s,
         maintenance=functools.partial(retention, watch.store, s),

@@ -13,7 +13,7 @@ from daemon.benchmark.sweep import parse_vary
 from daemon.cli import sweep
 from daemon.cli.client import ApiJson, Client
 from daemon.cli.exit_codes import EXIT_FAILED, EXIT_OK
-from daemon.cli.remote import Add, bar, client, emit, figure
+from daemon.cli.remote import Add, Deciles, bar, client, emit, figure
 from daemon.core.errors import InvalidInput
 
 
@@ -79,6 +79,7 @@ def follow(c: Client, run_id: int, *, as_json: bool, indent: str = "  ") -> str:
     an experiment's benchmarks (its linked runs of kind benchmark) are followed as they start. Returns the
     run's outcome."""
     tty = sys.stdout.isatty()
+    shown = None if tty else Deciles()
     experiment = c.get(f"/runs/{run_id}")["kind"] == "experiment"
     followed: set[int] = set()
     for e in c.events(f"/runs/{run_id}/events"):
@@ -86,13 +87,11 @@ def follow(c: Client, run_id: int, *, as_json: bool, indent: str = "  ") -> str:
             print(json.dumps(e, default=str), flush=True)
         elif e["phase"] == "measuring" and e.get("progress_percent") is not None:
             what = e["detail"].split(":")[0]
-            shown = f"{bar(e['progress_percent'])} ({e['progress_done']}/{e['progress_total']})"
-            line = f"{indent}{what:28} {shown}"
-            print(
-                ("\r" + line) if tty else line,
-                end="" if tty and e["progress_percent"] < 100 else "\n",
-                flush=True,
-            )
+            if shown is None or shown.wants(what, e["progress_percent"]):
+                counted = f"({e['progress_done']}/{e['progress_total']})"
+                line = f"{indent}{what:28} {bar(e['progress_percent'])} {counted}"
+                end = "" if tty and e["progress_percent"] < 100 else "\n"
+                print(("\r" + line) if tty else line, end=end, flush=True)
         else:
             print(f"{indent}{e['phase']:10} {e['detail'][:160]}", flush=True)
         if experiment and e["phase"] == "measuring" and not e.get("final"):

@@ -5,23 +5,39 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import time
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 from daemon.cli.client import ApiError, ApiJson, Client, daemon_url, read_token
 from daemon.cli.exit_codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from daemon.core.run_types import UNSUCCESSFUL
-from daemon.core.settings import load_settings
+from daemon.core.settings import Settings, config_file, installed, load_settings
 
 # A run's outcome as the daemon sent it (an unknown one, from a newer daemon, is not a failure).
 FAILED_OUTCOMES = frozenset(o.value for o in UNSUCCESSFUL)
 
 
 def client(args: argparse.Namespace) -> Client:
-    settings = load_settings()
+    settings = load_settings() if installed() else _demo_settings()
     return Client(getattr(args, "url", None) or daemon_url(settings), read_token(settings))
+
+
+def _demo_settings() -> Settings:
+    """No install on this host (no settings file, no K25_CONFIG): the CLI talks to the running demo
+    sandbox, with its settings and token; on an installed host the sandbox is never consulted."""
+    from daemon.sandbox.sandbox import running_demo
+
+    demo = running_demo()
+    if demo is None:
+        return load_settings()
+    where = f"sandbox {demo.name} at {demo.url} (K25_CONFIG={demo.config})"
+    print(f"k25-ctl: no install here ({config_file()}): talking to {where}", file=sys.stderr)
+    os.environ["K25_CONFIG"] = demo.config  # this process's settings from here on are the sandbox's
+    return load_settings()
 
 
 # How a command module registers a command: its name, its function and its help; returns its parser.
@@ -46,10 +62,11 @@ def status(args: argparse.Namespace) -> int:
         prog = f" {pct}% ({st['progress_done']}/{st['progress_total']})" if pct is not None else ""
         lines.append(f"run      {st['run_id']} -> {st['target_profile']}: {st['phase']}{prog}")
     lines += [describe_parked(pk) for pk in st.get("parked") or []]
+    age = _age(st.get("gpus_sampled_at"))
     for g in st["gpus"]:
         lines.append(
             f"gpu {g['index']}    {g['memory_used_mib']}/{g['memory_total_mib']} MiB, "
-            f"{len(g['processes'])} processes"
+            f"{len(g['processes'])} processes" + (f" (read {age} ago)" if age else "")
         )
     emit(args, st, "\n".join(lines))
     return EXIT_OK
@@ -82,13 +99,31 @@ def bar(percent: int, width: int = 30) -> str:
     return "[" + "#" * filled + "." * (width - filled) + f"] {percent:3d}%"
 
 
+class Deciles:
+    """Progress on a pipe or in the journal: a bar's first line, one per 10% and its end, not one per step
+    (a terminal redraws one line instead)."""
+
+    def __init__(self) -> None:
+        self._shown: dict[str, int] = {}
+
+    def wants(self, bar_name: str, percent: int) -> bool:
+        step = min(percent, 100) // 10
+        if self._shown.get(bar_name) == step:
+            return False
+        self._shown[bar_name] = step
+        return True
+
+
 def follow(c: Client, run_id: int, *, as_json: bool, success: str = "active") -> int:
     """Print the run's phases and progress (loading, warming) as they happen; the exit code from its
     outcome."""
+    shown = None if sys.stdout.isatty() else Deciles()
     for e in c.events(f"/runs/{run_id}/events"):
         if as_json:
             print(json.dumps(e, default=str), flush=True)
-        elif e.get("progress_percent") is not None:
+        elif (pct := e.get("progress_percent")) is not None:
+            if shown is not None and not shown.wants(e["phase"], pct):
+                continue
             print(
                 f"  {e['phase']} {bar(e['progress_percent'])} ({e['progress_done']}/{e['progress_total']})",
                 flush=True,
@@ -162,6 +197,13 @@ def run(args: argparse.Namespace) -> int:
         lines.append(f"error:\n{r['error']}")
     emit(args, r, "\n".join(lines))
     return EXIT_OK if r["outcome"] not in FAILED_OUTCOMES else EXIT_FAILED
+
+
+def _age(at: str | None) -> str | None:
+    if not at:
+        return None
+    seconds = max(0.0, time.time() - datetime.fromisoformat(at).timestamp())
+    return f"{seconds:.1f}s" if seconds < 60 else f"{seconds / 60:.0f}m"
 
 
 def describe_known_answer(known: ApiJson) -> str:

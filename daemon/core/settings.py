@@ -36,6 +36,11 @@ def config_file() -> Path:
     return Path(os.environ.get("K25_CONFIG", str(DEFAULT_CONFIG_FILE)))
 
 
+def installed() -> bool:
+    """Settings were named (K25_CONFIG) or install.sh wrote them: this host's k25-ctl is the one to use."""
+    return "K25_CONFIG" in os.environ or DEFAULT_CONFIG_FILE.exists()
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(env_prefix="K25_", extra="forbid", env_ignore_empty=True)
 

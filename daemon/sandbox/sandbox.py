@@ -43,6 +43,14 @@ class SandboxInfo:
     def token(self) -> str:
         return Path(self.token_file).read_text().strip()
 
+    @property
+    def alive(self) -> bool:
+        """Its PID 1 still runs in the namespace it booted in (a reused PID is another process)."""
+        try:
+            return str(Path(f"/proc/{self.pid}/ns/pid").readlink()) == self.pid_ns
+        except OSError:
+            return False
+
     def inside(self, argv: list[str]) -> list[str]:
         """argv run inside the sandbox's namespaces, with the daemon's config."""
         return [
@@ -341,6 +349,19 @@ def load(name: str | None = None) -> SandboxInfo:
     if not candidates:
         raise NotFound(f"no sandbox {name or ''} under {SANDBOX_HOME}".replace("  ", " "))
     return SandboxInfo(**json.loads(candidates[-1].read_text()))
+
+
+def running_demo() -> SandboxInfo | None:
+    """The newest sandbox that runs a daemon with its settings in its own folder (the demo's; a fresh host
+    for install.sh has them inside), if any."""
+    for found in sorted(
+        SANDBOX_HOME.glob("sbx-*/sandbox.json"), key=lambda p: p.stat().st_mtime, reverse=True
+    ):
+        with contextlib.suppress(OSError, ValueError, TypeError):
+            info = SandboxInfo(**json.loads(found.read_text()))
+            if info.alive and Path(info.config).is_relative_to(info.dir):
+                return info
+    return None
 
 
 def down(info: SandboxInfo) -> None:

@@ -1,6 +1,8 @@
 """The shared host sampler: reads are served from what it last saw, never from an NVML or /proc read per
-request. GPUs every `gpu_sample_s`, stray engine processes every `strays_sample_s`; the engine units'
-states come from the serving watch's followers (systemd's own change events)."""
+request. GPUs every `gpu_sample_s` and at once when a switch or wake settles (the host's state leaves
+`switching`: the new engine's memory shows then, not up to an interval later), stray engine processes
+every `strays_sample_s`; the engine units' states come from the serving watch's followers (systemd's own
+change events)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
+from daemon.core.hoststate import HostState, StateHub
 from daemon.host.gpu import GpuInfo, GpuUnavailable, GpuView
 from daemon.teardown.execute import Teardown
 from daemon.teardown.plan import Victim
@@ -24,6 +27,7 @@ class HostSampler:
         gpus: GpuView,
         teardown: Teardown,
         managed_units: Callable[[], tuple[str, ...]],
+        hub: StateHub,
         *,
         gpu_every_s: float,
         strays_every_s: float,
@@ -31,17 +35,21 @@ class HostSampler:
     ) -> None:
         self.view, self.teardown, self.managed_units = gpus, teardown, managed_units
         self.gpu_every_s, self.strays_every_s = gpu_every_s, strays_every_s
+        self.hub = hub
         self.gpus: list[GpuInfo] = []
         self.gpu_error: str | None = None
+        self.gpus_at: float | None = None  # when the GPUs were last read (epoch seconds)
+        self._settled = asyncio.Event()  # a switch or wake has just ended
         self.strays: list[Victim] = []
         self.maintenance = maintenance  # hourly: retention of runs and metric rows
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     async def sample_gpus(self) -> None:
         try:
             self.gpus, self.gpu_error = await asyncio.to_thread(self.view.gpus), None
         except GpuUnavailable as e:
             self.gpus, self.gpu_error = [], str(e)
+        self.gpus_at = time.time()
 
     async def sample_strays(self) -> None:
         plan = await self.teardown.plan(managed_units=self.managed_units(), full=False)
@@ -55,12 +63,22 @@ class HostSampler:
     async def start(self) -> None:
         await self.sample_gpus()
         await self.sample_strays()
-        self._task = asyncio.create_task(self._run())
+        self._tasks = [asyncio.create_task(self._run()), asyncio.create_task(self._follow_switches())]
+
+    async def _follow_switches(self) -> None:
+        switching = False
+        async for st in self.hub.subscribe():
+            if switching and st.state is not HostState.SWITCHING:
+                self._settled.set()
+            switching = st.state is HostState.SWITCHING
 
     async def _run(self) -> None:
         strays_at, maintained = time.monotonic(), 0.0
         while True:
-            await asyncio.sleep(self.gpu_every_s)  # NVML has no change event: sampling is the only way
+            # NVML has no change event: sampling is the only way; a switch's end is one worth not waiting for.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._settled.wait(), self.gpu_every_s)
+            self._settled.clear()
             try:
                 await self.sample_gpus()
                 now = time.monotonic()
@@ -74,7 +92,8 @@ class HostSampler:
                 log.exception("host sample failed")
 
     async def close(self) -> None:
-        if self._task is not None:
-            self._task.cancel()
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
             with contextlib.suppress(asyncio.CancelledError):
-                await self._task
+                await task

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
-from daemon.host.gpu import SimulatedGpus
+from daemon.core.hoststate import HostState, StateHub
+from daemon.host.gpu import GpuInfo, SimulatedGpus
 from daemon.host.procs import ProcInfo
 from daemon.status.sampler import HostSampler
 from tests.api.fakes import BrokenNvml, NoProcs, fake_teardown
+from tests.waiting import eventually
 
 
 class Procs(NoProcs):
@@ -24,8 +27,8 @@ async def test_strays_follow_the_processes_and_gpu_errors_are_kept(tmp_path: Pat
     procs = Procs()
     teardown = fake_teardown()
     teardown.procs = procs
-    sampler = HostSampler(SimulatedGpus(procs, "/nonexistent/nvidia*", count=2), teardown, lambda: (),
-                          gpu_every_s=60, strays_every_s=60)  # fmt: skip
+    gpus = SimulatedGpus(procs, "/nonexistent/nvidia*", count=2)
+    sampler = HostSampler(gpus, teardown, lambda: (), StateHub(), gpu_every_s=60, strays_every_s=60)
     await sampler.sample_strays()
     assert sampler.strays == []
     procs.procs = [ProcInfo(4242, 1, 0, "python", "VLLM::EngineCore", ("VLLM::EngineCore",), "S", "", "/user.slice",
@@ -40,3 +43,41 @@ async def test_strays_follow_the_processes_and_gpu_errors_are_kept(tmp_path: Pat
     sampler.view = BrokenNvml()
     await sampler.sample_gpus()
     assert (sampler.gpus, sampler.gpu_error) == ([], "NVML failed: Unknown Error")
+
+
+class CountingGpus:
+    required = False
+
+    def __init__(self) -> None:
+        self.reads = 0
+
+    def gpus(self, *, light: bool = False) -> list[GpuInfo]:
+        self.reads += 1
+        return []
+
+    def driver_version(self) -> str | None:
+        return None
+
+
+async def test_the_gpus_are_read_again_when_a_switch_ends() -> None:
+    """Not up to gpu_sample_s later: status would show the GPUs of before the switch meanwhile."""
+    hub, gpus = StateHub(), CountingGpus()
+    sampler = HostSampler(gpus, fake_teardown(), lambda: (), hub, gpu_every_s=3600, strays_every_s=3600)
+    await sampler.start()
+    try:
+        first, at = gpus.reads, sampler.gpus_at
+        assert first == 1
+        assert at is not None
+        hub.begin_switch(7, "alpha")
+        await asyncio.sleep(0)  # a switch that goes on is no reason to read them
+        assert gpus.reads == first
+        hub.settle(HostState.ACTIVE, "alpha", None)
+        await eventually(lambda: _now(gpus.reads > first), what="the GPUs read at the switch's end")
+        assert sampler.gpus_at is not None
+        assert sampler.gpus_at >= at
+    finally:
+        await sampler.close()
+
+
+async def _now(value: bool) -> bool:
+    return value
