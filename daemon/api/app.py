@@ -119,6 +119,7 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
         lifespan=lifespan,
         docs_url=None,  # served by http.install from the daemon's own Swagger UI copy
         redoc_url=None,
+        openapi_url=None,  # served by http.install too, built off the event loop
     )
     app.state.sse = SseGate(settings.max_sse_streams)
     install(app, settings)

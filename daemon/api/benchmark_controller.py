@@ -25,7 +25,8 @@ from daemon.api.bench_schemas import (
 )
 from daemon.api.schemas import AcceptedOut
 from daemon.benchmark.compare import compare, finished, predicted_below
-from daemon.benchmark.experiments import Benchmarks, ExperimentRequest
+from daemon.benchmark.experiment_request import ExperimentRequest
+from daemon.benchmark.experiments import Benchmarks
 from daemon.benchmark.schedules import Schedule, Schedules
 from daemon.benchmark.spec import BenchmarkSpec
 from daemon.benchmark.sweep_result import parse_metric

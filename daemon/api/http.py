@@ -217,6 +217,12 @@ def _install_docs(app: FastAPI) -> None:
 
     app.openapi = openapi  # type: ignore[method-assign]
 
+    @app.get("/openapi.json", include_in_schema=False)
+    async def openapi_json() -> JSONResponse:
+        # Built once, off the event loop: ~200 ms of pydantic schema work (the API tier's slow-step guard
+        # caught FastAPI's own route blocking the loop that long on the first read).
+        return JSONResponse(await asyncio.to_thread(app.openapi))
+
     import swagger_ui_bundle  # the daemon's own copy of Swagger UI
 
     app.mount("/docs-assets", StaticFiles(directory=swagger_ui_bundle.swagger_ui_path), name="docs-assets")

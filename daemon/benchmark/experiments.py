@@ -10,12 +10,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 
-from pydantic import BaseModel, ConfigDict, Field
-
+from daemon.benchmark.experiment_request import ExperimentRequest
 from daemon.benchmark.runner import BenchmarkRunner, Target
 from daemon.benchmark.spec import BenchmarkSpec
-from daemon.benchmark.sweep import Scalar, Sweep
-from daemon.benchmark.sweep_result import METRIC_PATTERN, parse_metric
+from daemon.benchmark.sweep import Sweep
+from daemon.benchmark.sweep_result import parse_metric
 from daemon.benchmark.sweeps import Plan, Sweeps
 from daemon.core.errors import InvalidInput, K25Error, NotFound, Refused
 from daemon.core.hoststate import HostState
@@ -28,25 +27,6 @@ from daemon.store.bench import BenchStore
 from daemon.switching.transaction import Switcher
 
 log = logging.getLogger("k25.bench")
-
-
-class ExperimentRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid")
-
-    profiles: list[str] = Field(min_length=1, max_length=32, description="measured in this order")
-    benchmark: BenchmarkSpec = Field(default_factory=lambda: BenchmarkSpec.model_validate({}))
-    repeats: int = Field(1, ge=1, le=50, description="benchmarks per profile (their spread is the noise)")
-    restore: bool = Field(True, description="bring the previous (or default) profile back at the end")
-    vary: dict[str, list[Scalar]] = Field(
-        default_factory=dict,
-        description="a sweep: profile key or engine flag -> values; the one profile named is the base, and "
-        "each combination of values is a variant of it",
-    )
-    metric: str | None = Field(
-        None,
-        pattern=METRIC_PATTERN,
-        description="what ranks a sweep: throughput (default), tpot_p50, ttft_p99, NAME@CONCURRENCY",
-    )
 
 
 @dataclass
@@ -183,24 +163,13 @@ class Benchmarks:
 
     async def check(self, req: ExperimentRequest) -> Sweep | None:
         """What an experiment is refused for before anything is switched; a sweep's variants."""
-        if req.benchmark.profile is not None:
-            raise InvalidInput(
-                "an experiment's benchmark names no profile: the experiment's profiles are measured"
-            )
         profiles = await self.profiles()
         for name in req.profiles:
             if profiles.get(name) is None:
                 raise NotFound(f"no valid profile {name!r}")
-        if len(set(req.profiles)) != len(req.profiles):
-            raise InvalidInput("a profile is listed twice: use repeats")
         parse_metric(req.metric)
         if not req.vary:
             return None
-        if len(req.profiles) != 1:
-            raise InvalidInput("a sweep varies one profile: name only its base (measured first, as is)")
-        if not req.restore:
-            raise InvalidInput("a sweep always restores: its variants are profiles only while it runs "
-                               "(promote one to keep it)")  # fmt: skip
         lp = profiles.get(req.profiles[0])
         assert lp is not None  # noqa: S101 - checked above
         return await self.sweeps.derive(lp, req.vary)

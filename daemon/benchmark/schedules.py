@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from daemon.benchmark.experiments import Benchmarks, ExperimentRequest
+from daemon.benchmark.experiment_request import ExperimentRequest
+from daemon.benchmark.experiments import Benchmarks
 from daemon.core.errors import InvalidInput, K25Error, NotFound, UnitNotFound
 from daemon.core.hoststate import HostState
 from daemon.core.run_types import NewRun, Outcome, RunKind

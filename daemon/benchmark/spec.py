@@ -8,14 +8,23 @@ import json
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic.config import JsonDict
 
 Level = Annotated[int, Field(ge=1, le=4096)]
 Rate = Annotated[float, Field(gt=0, le=100_000)]
 PromptText = Annotated[str, Field(min_length=1, max_length=100_000)]
 
 
+# JSON Schema of the rule _consistent enforces: prompts with the custom dataset, and only with it.
+CUSTOM_RULE: JsonDict = {
+    "if": {"required": ["dataset"], "properties": {"dataset": {"const": "custom"}}},
+    "then": {"required": ["prompts"], "properties": {"prompts": {"type": "array", "minItems": 1}}},
+    "else": {"properties": {"prompts": {"type": "null"}}},
+}
+
+
 class BenchmarkSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", json_schema_extra=CUSTOM_RULE)
 
     profile: str | None = Field(None, description="the profile to measure (default and only: the active one)")
     concurrency: list[Level] = Field(

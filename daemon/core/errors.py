@@ -22,6 +22,12 @@ class Busy(K25Error):
     status_code = 409
 
 
+class WrongState(K25Error):
+    """What is asked does not fit the state of what it names (a cancel of a run that is not running)."""
+
+    status_code = 409
+
+
 class Refused(K25Error):
     """The host state forbids the action (foreign GPU processes under policy `refuse`, needs_reset)."""
 

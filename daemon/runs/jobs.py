@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.core.errors import Busy, InvalidInput
+from daemon.core.errors import Busy, WrongState
 from daemon.core.hoststate import JobLine, StateHub
 
 log = logging.getLogger("k25.jobs")
@@ -209,7 +209,7 @@ class Jobs:
         """The one cancel path: a job's own refusal, a second cancel, or a run that is not a job is said."""
         job = self.find(run_id)
         if job is None or job.task is None:
-            raise InvalidInput(f"run {run_id} is not in progress")
+            raise WrongState(f"run {run_id} is not in progress")
         if why := job.refuse_cancel(run_id):
             raise Busy(why)
         if job.cancelling:

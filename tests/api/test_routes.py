@@ -92,7 +92,7 @@ async def test_busy_is_409_naming_the_run_and_cancel(env: Env) -> None:
     assert busy.status_code == 409
     assert f"run {run_id}" in busy.json()["detail"]
     assert (await c.post("/teardown", headers=env.auth)).status_code == 409
-    assert (await c.post("/runs/999/cancel", headers=env.auth)).status_code == 422
+    assert (await c.post("/runs/999/cancel", headers=env.auth)).status_code == 409  # not running
     r = await c.post(f"/runs/{run_id}/cancel", headers=env.auth)
     assert r.status_code == 202
     run = await wait_run(env, run_id)

@@ -178,3 +178,26 @@ def test_hosts_parse() -> None:
     assert [host_name(h) for h in ("127.0.0.1:8025", "[::1]:8025", "[::1]", "localhost", "::1")] == [
         "127.0.0.1", "::1", "::1", "localhost", "::1"]  # fmt: skip
     assert httpx.URL("http://k25/").host == "k25"
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "param"),
+    [
+        ("GET", "/runs", "parent"),  # answered 500: past SQLite's 64-bit INTEGER
+        ("GET", "/runs", "limit"),
+        ("POST", "/experiments", "max_running"),
+        ("GET", "/ready", "port"),
+    ],
+)
+async def test_every_integer_parameter_past_int64_is_422_with_the_error_shape(
+    env: Env, method: str, path: str, param: str
+) -> None:
+    for value in (2**63, 10000000000000000001):
+        r = await env.client.request(
+            method, path, params={param: value}, headers=env.auth, json={"profiles": ["x"]}
+        )
+        assert r.status_code == 422, (param, value, r.text)
+        assert r.json()["detail"].startswith(f"invalid request: query.{param}"), r.text
+    if param == "parent":
+        r = await env.client.get(path, params={param: 2**63 - 1})  # the largest id: a valid question
+        assert (r.status_code, r.json()) == (200, [])

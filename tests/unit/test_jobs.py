@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from daemon.core.errors import Busy, InvalidInput
+from daemon.core.errors import Busy, WrongState
 from daemon.core.hoststate import StateHub
 from daemon.runs.jobs import JobKind, Jobs
 
@@ -38,7 +38,7 @@ async def test_an_experiment_holds_the_host_and_keeps_it_out_of_rotation() -> No
     release.set()
     await jobs.wait(7)
     assert jobs.out_of_rotation() is None
-    with pytest.raises(InvalidInput, match="run 7 is not in progress"):
+    with pytest.raises(WrongState, match="run 7 is not in progress"):
         jobs.cancel(7)
     assert jobs.running() == []
 

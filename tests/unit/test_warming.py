@@ -151,7 +151,7 @@ class _SlowCache:
 
 
 async def test_a_warm_run_is_cancelled_and_its_readers_stop(tmp_path: Path) -> None:
-    from daemon.core.errors import InvalidInput
+    from daemon.core.errors import WrongState
     from daemon.core.hoststate import StateHub
     from daemon.core.profiles import LoadedProfile, ProfileSet
     from daemon.runs.jobs import Jobs
@@ -184,5 +184,5 @@ async def test_a_warm_run_is_cancelled_and_its_readers_stop(tmp_path: Path) -> N
         return jobs.find(run_id) is None
 
     await eventually(let_go, what="the job is over")
-    with pytest.raises(InvalidInput, match="not in progress"):  # over
+    with pytest.raises(WrongState, match="not in progress"):  # over
         jobs.cancel(run_id)

@@ -19,7 +19,7 @@ from daemon.api.bench_schemas import (
 )
 from daemon.api.routes.common import ACCEPTED, Ctl, Limit, RunId, located, reads, writes
 from daemon.api.schemas import AcceptedOut
-from daemon.benchmark.experiments import ExperimentRequest
+from daemon.benchmark.experiment_request import ExperimentRequest, PlanRequest
 from daemon.benchmark.spec import BenchmarkSpec
 from daemon.benchmark.sweep_result import METRIC_PATTERN
 from daemon.core.jsontypes import VllmSummary
@@ -61,7 +61,9 @@ async def start_experiment(
     at: Annotated[
         str | None, Query(max_length=200, description="OnCalendar= or +10min: a systemd timer")
     ] = None,
-    max_running: Annotated[int | None, Query(ge=0, description="with at: skip if it serves more")] = None,
+    max_running: Annotated[
+        int | None, Query(ge=0, le=1_000_000, description="with at: skip if it serves more")
+    ] = None,
 ) -> AcceptedOut | ScheduleOut:
     """Now (its run), or `at` a time of low traffic: a transient systemd timer (its schedule)."""
     if at is None:
@@ -72,7 +74,7 @@ async def start_experiment(
 
 
 @write.post("/plans")
-async def plan_experiment(req: ExperimentRequest, c: Ctl) -> PlanOut:
+async def plan_experiment(req: PlanRequest, c: Ctl) -> PlanOut:
     """A sweep's plan (`k25-ctl experiment --dry-run`): its variants in order, the switches, an estimate
     of the time from the base's recorded switch and benchmark; nothing is started (the write token, as
     the experiment it plans)."""

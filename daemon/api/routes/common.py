@@ -44,7 +44,7 @@ def errors(*codes: int) -> Responses:
         400: "Host header not allowed",
         401: "missing or wrong bearer token",
         404: "no such profile or run",
-        409: "busy: another switch runs, or the host refuses",
+        409: "busy: another switch, teardown or job runs; the host refuses; or the run is not running",
         413: "request body too large",
         422: "invalid input",
         503: "overloaded, or the database or GPUs cannot be read",
@@ -66,7 +66,8 @@ def writes(tag: str, prefix: str = "") -> APIRouter:
 
 
 Ctl = Annotated[Controller, Depends(controller)]
-RunId = Annotated[int, ApiPath(ge=1, le=2**63 - 1, description="a run's id")]
+MAX_ID = 2**63 - 1  # SQLite's INTEGER: a larger id reaches no row, and must not reach SQLite
+RunId = Annotated[int, ApiPath(ge=1, le=MAX_ID, description="a run's id")]
 Limit = Annotated[int, Query(ge=1, le=1000)]
 ACCEPTED: Responses = {202: {"model": AcceptedOut, "description": "started: its run id, Location names it"}}
 

@@ -10,7 +10,7 @@ from fastapi import Query, Request
 from fastapi.responses import StreamingResponse
 
 from daemon.api.http import SseGate
-from daemon.api.routes.common import Ctl, Limit, RunId, reads, writes
+from daemon.api.routes.common import MAX_ID, Ctl, Limit, RunId, reads, writes
 from daemon.api.routes.status import SSE
 from daemon.api.schemas import CancelOut, RunMetricsOut, RunOut
 from daemon.core.run_types import RunEventJson
@@ -23,7 +23,9 @@ write = writes("runs", "/runs")
 async def runs(
     c: Ctl,
     profile: str | None = None,
-    parent: Annotated[int | None, Query(ge=1, description="only the runs linked to this one")] = None,
+    parent: Annotated[
+        int | None, Query(ge=1, le=MAX_ID, description="only the runs linked to this one")
+    ] = None,
     limit: Limit = 50,
 ) -> list[RunOut]:
     return await c.runs(profile=profile, parent=parent, limit=limit)
