@@ -193,7 +193,7 @@ class Controller:
 
     async def run_metrics(self, run_id: int) -> RunMetricsOut:
         try:
-            rows = await asyncio.to_thread(self.watch.store.series, run_id)
+            rows = await asyncio.to_thread(self.watch.series, run_id)
         except LookupError as e:
             raise NotFound(f"no run {run_id}") from e
         return RunMetricsOut(

@@ -40,12 +40,13 @@ from daemon.store.bench import BenchStore
 from daemon.store.known_answers import KnownAnswerStore
 from daemon.store.parked import ParkedStore
 from daemon.store.queries import Store
+from daemon.store.serving import ServingStore
+from daemon.switching.contracts import SwitchHost
 from daemon.switching.drain import DrainTimes
 from daemon.switching.known_answer import KnownAnswers
 from daemon.switching.launch import write_launch
 from daemon.switching.maintenance import MaintenanceTeardown
 from daemon.switching.parking import Parking
-from daemon.switching.ports import SwitchPorts
 from daemon.switching.reconcile import reconcile
 from daemon.switching.transaction import Switcher
 from daemon.teardown.build import build_gpus, build_teardown
@@ -128,7 +129,7 @@ class Services:
         await self.sampler.start()
         self.warms.start_refresh()
         warnings = [f"runs database: {self.store.recovered}"] if self.store.recovered else []
-        if access := await asyncio.to_thread(self.host.teardown.procs.access_problem):
+        if access := await asyncio.to_thread(self.host.teardown.access_problem):
             warnings.append(access)
         for w in warnings:
             log.error("%s", w)
@@ -141,7 +142,7 @@ class Services:
         await self.warms.close()
         await self.controller.jobs.close()
         await self.sampler.close()
-        await self.recorder.held.close()
+        await self.recorder.close()
         log.info("stopping; engine units keep running")
         await self.host.prober.aclose()
 
@@ -153,7 +154,7 @@ async def build(settings: Settings, host: HostPorts) -> Services:
     jobs = Jobs(recorder.hub)
     inventory = Inventory(s, host.systemd)
     incidents = Incidents()
-    switch_ports = SwitchPorts(host.systemd, host.journal, host.teardown, host.prober)
+    switch_host = SwitchHost(host.systemd, host.journal, host.teardown, host.prober)
     warmer = Warmer(PageCache(), mem_available=mem_available, reserve=s.warm_reserve_bytes,
                     workers=s.warm_workers, block=s.warm_block_bytes)  # fmt: skip
     answers = KnownAnswers(
@@ -163,7 +164,7 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         profiles=inventory.current,
     )
     parking = Parking(
-        ports=switch_ports,
+        host=switch_host,
         recorder=recorder,
         store=ParkedStore(store),
         jobs=jobs,
@@ -174,8 +175,10 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         max_parked=s.max_parked,
         stop_timeout_s=s.stop_timeout_s,
     )
+    serving_store = ServingStore(store)
     watch = ServingWatch(
         settings=s,
+        store=serving_store,
         systemd=host.systemd,
         journal=host.journal,
         engines=host.prober,
@@ -192,13 +195,13 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         recorder.hub,
         gpu_every_s=s.gpu_sample_s,
         strays_every_s=s.strays_sample_s,
-        maintenance=functools.partial(retention, watch.store, s),
+        maintenance=functools.partial(retention, serving_store, s),
     )
     warms = WarmService(warmer, recorder, jobs, inventory.current, every_s=s.residency_every_s,
                         always_below=s.warm_always_below)  # fmt: skip
     switcher = Switcher(
         profiles=inventory.reload_profiles,
-        ports=switch_ports,
+        host=switch_host,
         store=store,
         recorder=recorder,
         default_profile=s.default_profile,

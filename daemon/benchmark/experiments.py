@@ -182,7 +182,7 @@ class Benchmarks:
         if sweep is not None:
             request |= self.sweeps.request_fields(sweep)
             names += [v.name for v in sweep.variants]
-            self.sweeps.variants.hold_variants([v.loaded for v in sweep.variants])
+            self.sweeps.hold(sweep)
             log.info("run %d: sweep of %s over %s: %d variants", run_id, req.profiles[0],
                      ", ".join(a.key for a in sweep.axes), len(sweep.variants))  # fmt: skip
         await asyncio.to_thread(self.bench_store.create_experiment, run_id=run_id, request=request)
@@ -194,7 +194,7 @@ class Benchmarks:
             await self._run_steps(ex)
         finally:
             if ex.sweep is not None:
-                self.sweeps.variants.release_variants()
+                self.sweeps.release()
 
     async def _run_steps(self, ex: Started) -> None:
         run_id, req, back, names, sweep = ex.run_id, ex.req, ex.back, ex.names, ex.sweep

@@ -68,6 +68,13 @@ class Sweeps:
         self.profiles_path, self.max_variants = profiles_path, max_variants
         self.check_paths, self.service_port = check_paths, service_port
 
+    def hold(self, sweep: Sweep) -> None:
+        """The sweep's variants are profiles while it runs (switched to, watched, listed)."""
+        self.variants.hold_variants([v.loaded for v in sweep.variants])
+
+    def release(self) -> None:
+        self.variants.release_variants()
+
     async def derive(self, lp: LoadedProfile, vary: dict[str, list[Scalar]]) -> Sweep:
         if "~" in lp.profile.name:
             raise InvalidInput(f"{lp.profile.name} is a variant: sweep its base, or promote it first")

@@ -7,8 +7,10 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TypeVar
 
 from daemon.core import redact
 from daemon.core.hoststate import HostState, StateHub
@@ -18,6 +20,8 @@ from daemon.store.models import utcnow
 from daemon.store.queries import Store
 from daemon.store.switch_cost import SwitchCostStore
 from daemon.teardown.execute import TeardownReport
+
+T = TypeVar("T")
 
 log = logging.getLogger("k25.runs")
 
@@ -165,6 +169,14 @@ class RunRecorder:
         )  # fmt: skip
         if cut:
             log.warning("run %d: %d request(s) still in flight at the stop: cut", run_id, cut)
+
+    async def write(self, what: str, fn: Callable[[], T]) -> T | None:
+        """A record that belongs to a run (a metric row, its served time): written, or held while the
+        database cannot take it."""
+        return await self.held.write(what, fn)
+
+    async def close(self) -> None:
+        await self.held.close()
 
     def settle(self, host: HostAfter) -> None:
         """The host's state once no run is in progress: no target, no phase, no progress."""

@@ -30,6 +30,7 @@ from daemon.runs.recorder import HostAfter, RunRecorder
 from daemon.serving.metrics import MetricsWindow
 from daemon.serving.policies import Incident, Incidents
 from daemon.serving.serving_run import ParkedUnits, Sample, Serving, ServingNow
+from daemon.store.models import ServingMetric
 from daemon.store.serving import ServingStore
 
 log = logging.getLogger("k25.watch")
@@ -44,6 +45,7 @@ class ServingWatch:
         journal: JournalPort,
         engines: EnginePort,
         recorder: RunRecorder,
+        store: ServingStore,
         profiles: Callable[[], ProfileSet],
         jobs: Jobs,
         incidents: Incidents,
@@ -52,7 +54,7 @@ class ServingWatch:
         self.settings, self.systemd, self.journal, self.engines = settings, systemd, journal, engines
         self.recorder, self.profiles = recorder, profiles
         self.hub = recorder.hub
-        self.store = ServingStore(recorder.store)
+        self.store = store
         self.jobs, self.incidents, self.parking = jobs, incidents, parking
         self.serving: Serving | None = None
         self._followers: dict[str, asyncio.Task[None]] = {}
@@ -126,11 +128,9 @@ class ServingWatch:
         if serving.window is not None and outcome is Outcome.STOPPED:
             await self._final_scrape(serving)  # the engine still serves: count up to this moment
         if serving.window is not None and (row := serving.window.row()) is not None:
-            await self.recorder.held.write(
-                f"run {serving.run_id} metrics row", partial(self.store.add_row, row)
-            )
+            await self.recorder.write(f"run {serving.run_id} metrics row", partial(self.store.add_row, row))
         served = time.monotonic() - serving.started
-        await self.recorder.held.write(
+        await self.recorder.write(
             f"run {serving.run_id} served", partial(self.store.set_served, serving.run_id, served)
         )
         self.hub.serving(None)
@@ -171,6 +171,10 @@ class ServingWatch:
     def current(self) -> LoadedProfile | None:
         """The profile whose engine serves now (its serving run is open)."""
         return self.serving.lp if self.serving is not None else None
+
+    def series(self, run_id: int) -> list[ServingMetric]:
+        """A serving run's metric rows (blocking: a thread); LookupError for no such run."""
+        return self.store.series(run_id)
 
     def live(self, run_id: int) -> list[Sample]:
         s = self.serving
@@ -350,9 +354,7 @@ class ServingWatch:
         self.changes += 1
         row = window.add(snap, now, datetime.now(UTC))
         if row is not None:
-            await self.recorder.held.write(
-                f"run {serving.run_id} metrics row", partial(self.store.add_row, row)
-            )
+            await self.recorder.write(f"run {serving.run_id} metrics row", partial(self.store.add_row, row))
         if before is not None and (seconds := self.settings.watch_interval_s) > 0:
             usage = window.engine.usage_delta(window.profile, before, snap)
             tps = max(0.0, usage.generation_tokens) / seconds

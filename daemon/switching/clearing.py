@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from daemon.core.run_types import Phase
 from daemon.runs.recorder import RunRecorder
-from daemon.switching.ports import SwitchFailed, SwitchPorts
+from daemon.switching.contracts import SwitchFailed, SwitchHost
 from daemon.teardown.plan import Parked
 
 
 async def stop_and_teardown(
     run_id: int,
     *,
-    ports: SwitchPorts,
+    host: SwitchHost,
     recorder: RunRecorder,
     units: tuple[str, ...],
     spared: tuple[Parked, ...],
@@ -27,11 +27,11 @@ async def stop_and_teardown(
     for unit in units:
         if unit in spared_units:
             continue
-        st = await ports.systemd.state(unit)
+        st = await host.systemd.state(unit)
         if not st.is_down:
             cgroups[unit] = st.control_group
             await recorder.event(run_id, Phase.STOP, f"stopping {unit} ({st.active_state})")
-            out = await ports.systemd.stop(unit, within_s=stop_timeout_s)
+            out = await host.systemd.stop(unit, within_s=stop_timeout_s)
             how = " (SIGKILL after TimeoutStopSec)" if out.stop_escalated else ""
             await recorder.event(
                 run_id, Phase.STOP, f"stopped {unit}: job {out.job_result}{how} in {out.seconds:.1f}s"
@@ -42,7 +42,7 @@ async def stop_and_teardown(
     await recorder.event(
         run_id, Phase.TEARDOWN, f"planning (GPUs {list(gpus or [])}, ports {list(tcp_ports)}){kept}"
     )
-    report = await ports.teardown.run(
+    report = await host.teardown.run(
         gpus, unit_cgroups=cgroups, managed_units=units, ports=tcp_ports, parked=spared
     )
     await recorder.teardown(run_id, report)

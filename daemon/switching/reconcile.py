@@ -17,8 +17,8 @@ from daemon.core.run_types import CutShort, Phase, RunKind
 from daemon.host.systemd import SystemdPort
 from daemon.runs.recorder import HostAfter, RunRecorder
 from daemon.store.queries import Store
+from daemon.switching.contracts import ServingHooks
 from daemon.switching.parking import Parking
-from daemon.switching.ports import ServingHooks
 
 log = logging.getLogger("k25.reconcile")
 

@@ -22,11 +22,11 @@ from daemon.store.models import utcnow
 from daemon.store.queries import Store
 from daemon.switching.bringup import BringUpFailed, bring_up
 from daemon.switching.clearing import stop_and_teardown
+from daemon.switching.contracts import ServingHooks, SwitchFailed, SwitchHost, WarmHook
 from daemon.switching.drain import DrainTimes, drain_for_switch
 from daemon.switching.events import RunEvents as _Events
 from daemon.switching.known_answer import KnownAnswers
 from daemon.switching.parking import Parking
-from daemon.switching.ports import ServingHooks, SwitchFailed, SwitchPorts, WarmHook
 from daemon.switching.state import SwitchState
 
 log = logging.getLogger("k25.switch")
@@ -37,7 +37,7 @@ class Switcher:
         self,
         *,
         profiles: Callable[[], Awaitable[ProfileSet]],
-        ports: SwitchPorts,
+        host: SwitchHost,
         store: Store,
         recorder: RunRecorder,
         default_profile: str,
@@ -50,7 +50,7 @@ class Switcher:
         answers: KnownAnswers,
         warm: WarmHook | None = None,
     ) -> None:
-        self._read_profiles, self.ports, self.store, self.recorder = profiles, ports, store, recorder
+        self._read_profiles, self.host, self.store, self.recorder = profiles, host, store, recorder
         self.hub = recorder.hub
         self.default_profile, self.stop_timeout_s, self._write_launch = (
             default_profile,
@@ -88,7 +88,7 @@ class Switcher:
             await self.serving.settled(name)
         st = self.hub.status  # nothing to do needs no place in the queue (a switch that just ended holds it)
         if not force and st.state is HostState.ACTIVE and st.active_profile == name:
-            if (await self.ports.systemd.state(lp.profile.unit)).is_active:
+            if (await self.host.systemd.state(lp.profile.unit)).is_active:
                 return None
         # An operator's switch waits for a benchmark; a job's own switch and the watch's do not.
         with self._admit(name, parent, profiles) as (slot, txn):
@@ -193,7 +193,7 @@ class Switcher:
         self, run_id: int, lp: LoadedProfile, previous: str | None, txn: SwitchState, *, resume: bool = False
     ) -> None:
         try:
-            if not await drain_for_switch(run_id, self.recorder, self.ports.prober, self.drain_times, txn):
+            if not await drain_for_switch(run_id, self.recorder, self.host.prober, self.drain_times, txn):
                 return  # cancelled while draining: nothing was stopped
             await self.serving.end(Outcome.STOPPED, f"switched away by run {run_id} (to {lp.profile.name})")
             failure = await self._attempt(run_id, lp, txn, cancellable=True, resume=resume)
@@ -315,10 +315,10 @@ class Switcher:
                 else None
             )
             try:
-                await self._stop_and_teardown(run_id, txn, gpus=tuple(p.gpus), ports=(p.port,))
+                await self._stop_and_teardown(run_id, txn, gpus=tuple(p.gpus), tcp_ports=(p.port,))
                 await asyncio.to_thread(self._write_launch, lp, run_id, engine.argv(p))
                 with contextlib.suppress(K25Error):  # a unit left failed earlier may start again
-                    await self.ports.systemd.reset_failed(p.unit)
+                    await self.host.systemd.reset_failed(p.unit)
                 if warming is not None:
                     await warming
             finally:
@@ -328,14 +328,14 @@ class Switcher:
             seen = await bring_up(
                 p,
                 engine,
-                systemd=self.ports.systemd,
-                journal=self.ports.journal,
-                prober=self.ports.prober,
+                systemd=self.host.systemd,
+                journal=self.host.journal,
+                prober=self.host.prober,
                 events=events,
                 start=not resume,
             )
         except BringUpFailed as e:
-            raise SwitchFailed(e.reason, await journal_excerpt(self.ports.journal, p, e.errors)) from e
+            raise SwitchFailed(e.reason, await journal_excerpt(self.host.journal, p, e.errors)) from e
         if txn.resumed_wake:
             txn.resumed_wake = False
             if why := await self.answers.check(run_id, lp, events):
@@ -375,18 +375,18 @@ class Switcher:
         )
 
     async def _stop_and_teardown(
-        self, run_id: int, txn: SwitchState, gpus: tuple[int, ...] | None, ports: tuple[int, ...] = ()
+        self, run_id: int, txn: SwitchState, gpus: tuple[int, ...] | None, tcp_ports: tuple[int, ...] = ()
     ) -> None:
         units = tuple(dict.fromkeys(lp.profile.unit for lp in txn.profiles.valid.values()))
         spared = await self.parking.spared()
         await stop_and_teardown(
             run_id,
-            ports=self.ports,
+            host=self.host,
             recorder=self.recorder,
             units=units,
             spared=spared,
             spared_units=self.parking.units(),
             gpus=gpus,
-            tcp_ports=ports,
+            tcp_ports=tcp_ports,
             stop_timeout_s=self.stop_timeout_s,
         )

@@ -310,6 +310,14 @@ class Teardown:
             listeners=listeners,
         )
 
+    def cgroup_pids(self, control_group: str) -> list[int]:
+        """The processes of a unit's cgroup now (blocking: a thread)."""
+        return self.procs.cgroup_pids(control_group)
+
+    def access_problem(self) -> str | None:
+        """Why the teardown cannot see other processes' memory maps, if it cannot (blocking: a thread)."""
+        return self.procs.access_problem()
+
     async def plan(
         self,
         gpus: tuple[int, ...] | None = None,

@@ -24,7 +24,7 @@ class SwitchFailed(K25Error):
 
 
 @dataclass(frozen=True)
-class SwitchPorts:
+class SwitchHost:
     """What a switch drives: the engine units, their journals, the teardown, the engines' HTTP."""
 
     systemd: SystemdPort
