@@ -22,9 +22,9 @@ FAULT_PROFILES: dict[str, dict[str, Any]] = {
     "deadlocked": {"flavor": "sglang", "faults": ("deadlock",), "probe_timeout_s": 3.0},
     "slow": {"flavor": "vllm", "load_seconds": 8.0},
     "fragile": {"flavor": "vllm"},
-    # Faults that strike while serving (the probe is the first request).
-    "late-crash": {"flavor": "vllm", "faults": ("crash-after-ready",), "fault_after": 2},
-    "late-hang": {"flavor": "sglang", "faults": ("hang-after-ready",), "fault_after": 1},
+    # Faults that strike while serving (the probe and the known answer's two requests are the first three).
+    "late-crash": {"flavor": "vllm", "faults": ("crash-after-ready",), "fault_after": 4},
+    "late-hang": {"flavor": "sglang", "faults": ("hang-after-ready",), "fault_after": 3},
     "brittle": {"flavor": "vllm", "rate": 120.0, "settings": {"on_failure": '"none"'}},
     # Real weight files read like a lazy mmap loader, warmed into the page cache during the switch.
     "warmable": {"flavor": "vllm", "settings": {"warm": '"on-switch"'}, "weights": "warm-weights"},

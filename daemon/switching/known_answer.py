@@ -59,9 +59,14 @@ class KnownAnswers:
         return AnswerKey(p.name, lp.sha256, argv_sha256(engine_for(p).argv(p)))
 
     async def _ask(self, lp: LoadedProfile) -> tuple[Answer, ...]:
-        """The fixed requests one after the other (a batch of one). Raises ProbeFailed."""
-        engine = engine_for(lp.profile)
-        return tuple([await self.prober.answer(lp.profile, engine, req) for req in REQUESTS])
+        """The fixed requests one after the other (a batch of one), within probe_timeout_s together.
+        Raises ProbeFailed."""
+        p, engine = lp.profile, engine_for(lp.profile)
+        try:
+            async with asyncio.timeout(p.probe_timeout_s):
+                return tuple([await self.prober.answer(p, engine, req) for req in REQUESTS])
+        except TimeoutError:
+            raise ProbeFailed(f"no answer within probe_timeout_s={p.probe_timeout_s:g}s") from None
 
     async def record(self, run_id: int, lp: LoadedProfile, events: RunEvents) -> None:
         """After a cold start, before the host serves: what this engine answers is what its wakes must."""

@@ -22,9 +22,10 @@ from tests.waiting import eventually_sync
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     extra, models = tmp_path_factory.mktemp("drain-profiles"), tmp_path_factory.mktemp("drain-models")
     make_models(models)
-    # The probe is the first request; every later one hangs (never a token), /health stays 200.
+    # The probe and the known answer's two requests are the first three; every later one hangs (never a
+    # token), /health stays 200.
     text = fake_engine_profile("endless", flavor="vllm", port=free_port(), models=models, load_seconds=1.0,
-                               faults=("hang-after-ready",), fault_after=1)  # fmt: skip
+                               faults=("hang-after-ready",), fault_after=3)  # fmt: skip
     (extra / "endless.toml").write_text(text)
     settings = {"drain_grace_s": "0.3", "drain_timeout_s": "3", "drain_poll_s": "0.1"}
     info = sbx.up(profiles=extra, load_seconds=1.0, settings=settings, binds=(models,))
