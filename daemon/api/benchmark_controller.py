@@ -42,7 +42,9 @@ COMPARE_WINDOW = 500  # newest benchmarks compare reads
 
 class BenchController:
     def __init__(self, benchmarks: Benchmarks, schedules: Schedules, answers: KnownAnswers) -> None:
-        self.svc, self.schedules, self.answers = benchmarks, schedules, answers
+        self.svc = benchmarks
+        self.schedules = schedules
+        self.answers = answers
         self.bench_store = benchmarks.bench_store
         self.store = benchmarks.store
 
@@ -152,8 +154,14 @@ class RunFields(TypedDict):
 
 
 def _run_fields(r: Run) -> RunFields:
-    return RunFields(run_id=r.id or 0, outcome=r.outcome, phase=r.phase, started_at=r.started_at,
-                     ended_at=r.ended_at, error=r.error)  # fmt: skip
+    return RunFields(
+        run_id=r.id or 0,
+        outcome=r.outcome,
+        phase=r.phase,
+        started_at=r.started_at,
+        ended_at=r.ended_at,
+        error=r.error,
+    )
 
 
 def bench_out(v: BenchmarkView, *, requests: bool) -> BenchmarkOut:
@@ -185,8 +193,15 @@ def bench_out(v: BenchmarkView, *, requests: bool) -> BenchmarkOut:
 
 
 def schedule_out(s: Schedule) -> ScheduleOut:
-    return ScheduleOut(id=s.id, unit=s.unit, at=s.at, max_running=s.max_running, next_run=s.next_run,
-                       active=s.active, request=s.request.model_dump())  # fmt: skip
+    return ScheduleOut(
+        id=s.id,
+        unit=s.unit,
+        at=s.at,
+        max_running=s.max_running,
+        next_run=s.next_run,
+        active=s.active,
+        request=s.request.model_dump(),
+    )
 
 
 def experiment_out(e: ExperimentView) -> ExperimentOut:

@@ -74,9 +74,16 @@ class Controller:
         answers: KnownAnswers,
         collector: K25Collector,
     ) -> None:
-        self.inventory, self.sampler, self.switcher = inventory, sampler, switcher
-        self.recorder, self.maintenance = recorder, maintenance
-        self.watch, self.bench, self.jobs, self.warms, self.parking = watch, bench, jobs, warms, parking
+        self.inventory = inventory
+        self.sampler = sampler
+        self.switcher = switcher
+        self.recorder = recorder
+        self.maintenance = maintenance
+        self.watch = watch
+        self.bench = bench
+        self.jobs = jobs
+        self.warms = warms
+        self.parking = parking
         self.store: Store = recorder.store
         self.hub: StateHub = recorder.hub
         self.default_profile = default_profile
@@ -214,8 +221,9 @@ class Controller:
             last = 0
             for e in view.events:
                 last = e.id or last
-                yield RunEventJson(id=e.id, phase=e.phase, detail=redact.text(e.detail), at=e.at.isoformat(),
-                                   run_id=run_id)  # fmt: skip
+                yield RunEventJson(
+                    id=e.id, phase=e.phase, detail=redact.text(e.detail), at=e.at.isoformat(), run_id=run_id
+                )
             if view.run.outcome in FINAL_OUTCOMES:
                 return
             while True:

@@ -71,7 +71,8 @@ class SseGate:
     stops, so a restart never waits on a browser tab."""
 
     def __init__(self, limit: int) -> None:
-        self.limit, self.open = limit, 0
+        self.limit = limit
+        self.open = 0
         self.stopping = asyncio.Event()
 
     def stream(self, events: AsyncIterator[Mapping[str, object] | bytes], name: str) -> StreamingResponse:
@@ -146,7 +147,9 @@ class Edges:
     ASGI (no BaseHTTPMiddleware: it costs each request a task and a memory stream)."""
 
     def __init__(self, app: ASGIApp, settings: Settings) -> None:
-        self.app, self.settings, self.hosts = app, settings, allowed_hosts(settings)
+        self.app = app
+        self.settings = settings
+        self.hosts = allowed_hosts(settings)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":

@@ -43,13 +43,16 @@ def check(s: Settings) -> None:
     try:
         load_token(s.token_path)
     except PermissionError as e:
-        raise ConfigRefused(f"token file {s.token_path} cannot be read ({e.strerror}): chmod 600 it, owned "
-                            f"by root, {AFTER}") from None  # fmt: skip
+        raise ConfigRefused(
+            f"token file {s.token_path} cannot be read ({e.strerror}): chmod 600 it, owned by root, {AFTER}"
+        ) from None
     except K25Error as e:
         raise ConfigRefused(f"{e}; {AFTER}") from None
     if not s.profiles_path.is_dir():
-        raise ConfigRefused(f"profiles folder {s.profiles_path} does not exist: create it (install.sh does) "
-                            f"or set profiles_dir, {AFTER}")  # fmt: skip
+        raise ConfigRefused(
+            f"profiles folder {s.profiles_path} does not exist: create it (install.sh does) "
+            f"or set profiles_dir, {AFTER}"
+        )
     _database(s.database_path)
 
 
@@ -68,9 +71,11 @@ def _database(db: Path) -> None:
                 pass
     except OSError as e:
         why = e.strerror or str(e)
-        raise ConfigRefused(f"the runs database {db} cannot be opened for writing ({why}): the state "
-                            f"directory {state} and the database must be writable (a read-only mount? another"
-                            f" owner? a full disk?), {AFTER}") from None  # fmt: skip
+        raise ConfigRefused(
+            f"the runs database {db} cannot be opened for writing ({why}): the state "
+            f"directory {state} and the database must be writable (a read-only mount? another"
+            f" owner? a full disk?), {AFTER}"
+        ) from None
 
 
 def bind(s: Settings) -> socket.socket:
@@ -91,8 +96,10 @@ def bind(s: Settings) -> socket.socket:
     except OSError as e:
         sock.close()
         if e.errno == errno.EADDRINUSE:
-            raise ConfigRefused(f"{where} is in use (another k25-ctl? `ss -ltnp 'sport = :{s.port}'` "
-                                f"names it): stop it or set port, {AFTER}") from None  # fmt: skip
+            raise ConfigRefused(
+                f"{where} is in use (another k25-ctl? `ss -ltnp 'sport = :{s.port}'` "
+                f"names it): stop it or set port, {AFTER}"
+            ) from None
         raise ConfigRefused(f"cannot listen on {where}: {e.strerror}: set bind_host/port, {AFTER}") from None
     sock.listen(128)
     return sock

@@ -120,9 +120,14 @@ class Services:
         """Read the profiles, settle with systemd (what a restart cut short), then follow and sample."""
         profiles = await self.inventory.reload_profiles()
         await self.answers.load()
-        rec = await reconcile(profiles, systemd=self.host.systemd, recorder=self.recorder, serving=self.watch,
-                              parking=self.switcher.parking,
-                              stop_timeout_s=self.settings.stop_timeout_s)  # fmt: skip
+        rec = await reconcile(
+            profiles,
+            systemd=self.host.systemd,
+            recorder=self.recorder,
+            serving=self.watch,
+            parking=self.switcher.parking,
+            stop_timeout_s=self.settings.stop_timeout_s,
+        )
         await self.switcher.after_restart(rec.resume or rec.restore, resume=rec.resume is not None)
         self.watch.follow_units()
         self.policies.start()
@@ -147,47 +152,41 @@ class Services:
         await self.host.prober.aclose()
 
 
+@dataclass(frozen=True)
+class _Basics:
+    """What every service below is built from (private to `build`: no service holds it)."""
+
+    s: Settings
+    host: HostPorts
+    recorder: RunRecorder
+    jobs: Jobs
+    inventory: Inventory
+    switch_host: SwitchHost
+
+
 async def build(settings: Settings, host: HostPorts) -> Services:
-    s = settings
-    store = await asyncio.to_thread(Store.open, s.database_path)
-    recorder = RunRecorder(store, StateHub(), held_retry_s=s.store_retry_s)
-    jobs = Jobs(recorder.hub)
-    inventory = Inventory(s, host.systemd)
-    incidents = Incidents()
+    store = await asyncio.to_thread(Store.open, settings.database_path)
+    recorder = RunRecorder(store, StateHub(), held_retry_s=settings.store_retry_s)
     switch_host = SwitchHost(host.systemd, host.journal, host.teardown, host.prober)
-    warmer = Warmer(PageCache(), mem_available=mem_available, reserve=s.warm_reserve_bytes,
-                    workers=s.warm_workers, block=s.warm_block_bytes)  # fmt: skip
+    b = _Basics(settings, host, recorder, Jobs(recorder.hub), Inventory(settings, host.systemd), switch_host)
+    s, jobs, inventory = settings, b.jobs, b.inventory
+    incidents = Incidents()
+    warmer = Warmer(
+        PageCache(),
+        mem_available=mem_available,
+        reserve=s.warm_reserve_bytes,
+        workers=s.warm_workers,
+        block=s.warm_block_bytes,
+    )
     answers = KnownAnswers(
         store=KnownAnswerStore(store),
         prober=host.prober,
         default_profile=s.default_profile,
         profiles=inventory.current,
     )
-    parking = Parking(
-        host=switch_host,
-        recorder=recorder,
-        store=ParkedStore(store),
-        jobs=jobs,
-        answers=answers,
-        weight_bytes=lambda p: warmer.scan(p).bytes,
-        mem_available=mem_available,
-        ram_reserve_bytes=s.park_ram_reserve_bytes,
-        max_parked=s.max_parked,
-        stop_timeout_s=s.stop_timeout_s,
-    )
+    parking = _parking(b, answers, warmer)
     serving_store = ServingStore(store)
-    watch = ServingWatch(
-        settings=s,
-        store=serving_store,
-        systemd=host.systemd,
-        journal=host.journal,
-        engines=host.prober,
-        recorder=recorder,
-        profiles=inventory.current,
-        jobs=jobs,
-        incidents=incidents,
-        parking=parking,
-    )
+    watch = _watch(b, serving_store, incidents, parking)
     sampler = HostSampler(
         host.gpus,
         host.teardown,
@@ -197,55 +196,126 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         strays_every_s=s.strays_sample_s,
         maintenance=functools.partial(retention, serving_store, s),
     )
-    warms = WarmService(warmer, recorder, jobs, inventory.current, every_s=s.residency_every_s,
-                        always_below=s.warm_always_below)  # fmt: skip
-    switcher = Switcher(
-        profiles=inventory.reload_profiles,
-        host=switch_host,
-        store=store,
+    warms = WarmService(
+        warmer,
+        recorder,
+        jobs,
+        inventory.current,
+        every_s=s.residency_every_s,
+        always_below=s.warm_always_below,
+    )
+    switcher = _switcher(b, watch, warms, parking, answers)
+    policies = Policies(s, recorder.hub, incidents, switcher)
+    benchmarks = _benchmarks(s, host, recorder, jobs, inventory, switcher, warms)
+    schedules = Schedules(
+        timers=host.timers,
+        folder=s.state_dir / "schedules",
+        command=k25_command(),
+        benchmarks=benchmarks,
         recorder=recorder,
+        jobs=jobs,
+        running_now=lambda: now.running if (now := watch.now()) else None,
+    )
+    bench = BenchController(benchmarks, schedules, answers)
+    controller = _controller(b, sampler, watch, warms, switcher, parking, answers, policies, bench)
+    return Services(
+        s, host, store, recorder, inventory, watch, sampler, warms, switcher, answers, policies, controller
+    )
+
+
+def _parking(b: _Basics, answers: KnownAnswers, warmer: Warmer) -> Parking:
+    return Parking(
+        host=b.switch_host,
+        recorder=b.recorder,
+        store=ParkedStore(b.recorder.store),
+        jobs=b.jobs,
+        answers=answers,
+        weight_bytes=lambda p: warmer.scan(p).bytes,
+        mem_available=mem_available,
+        ram_reserve_bytes=b.s.park_ram_reserve_bytes,
+        max_parked=b.s.max_parked,
+        stop_timeout_s=b.s.stop_timeout_s,
+    )
+
+
+def _watch(b: _Basics, store: ServingStore, incidents: Incidents, parking: Parking) -> ServingWatch:
+    return ServingWatch(
+        settings=b.s,
+        store=store,
+        systemd=b.host.systemd,
+        journal=b.host.journal,
+        engines=b.host.prober,
+        recorder=b.recorder,
+        profiles=b.inventory.current,
+        jobs=b.jobs,
+        incidents=incidents,
+        parking=parking,
+    )
+
+
+def _switcher(
+    b: _Basics, watch: ServingWatch, warms: WarmService, parking: Parking, answers: KnownAnswers
+) -> Switcher:
+    s = b.s
+    return Switcher(
+        profiles=b.inventory.reload_profiles,
+        host=b.switch_host,
+        store=b.recorder.store,
+        recorder=b.recorder,
         default_profile=s.default_profile,
         stop_timeout_s=s.stop_timeout_s,
         write_launch=lambda lp, run_id, argv: write_launch(s, lp, run_id=run_id, argv=argv),
         serving=watch,
-        jobs=jobs,
+        jobs=b.jobs,
         drain=DrainTimes(s.drain_grace_s, s.drain_timeout_s, s.drain_poll_s),
         warm=warms.before_start,
         parking=parking,
         answers=answers,
     )
-    policies = Policies(s, recorder.hub, incidents, switcher)
-    benchmarks = _benchmarks(s, host, recorder, jobs, inventory, switcher, warms)
-    schedules = Schedules(timers=host.timers, folder=s.state_dir / "schedules", command=k25_command(),
-                          benchmarks=benchmarks, recorder=recorder, jobs=jobs,
-                          running_now=lambda: (now.running if (now := watch.now()) else None))  # fmt: skip
-    controller = Controller(
-        inventory=inventory,
+
+
+def _controller(
+    b: _Basics,
+    sampler: HostSampler,
+    watch: ServingWatch,
+    warms: WarmService,
+    switcher: Switcher,
+    parking: Parking,
+    answers: KnownAnswers,
+    policies: Policies,
+    bench: BenchController,
+) -> Controller:
+    recorder = b.recorder
+    maintenance = MaintenanceTeardown(
+        teardown=b.host.teardown,
+        recorder=recorder,
+        jobs=b.jobs,
+        units=b.inventory.units,
+        spared=parking.spared,
+    )
+    collector = K25Collector(
+        recorder.hub,
+        recorder.store,
+        sampler,
+        watch.now,
+        recorder.cost,
+        restart_budget=policies.budget,
+        bench_throughput=bench.bench_store.newest_throughput,
+    )
+    return Controller(
+        inventory=b.inventory,
         sampler=sampler,
         switcher=switcher,
         recorder=recorder,
-        maintenance=MaintenanceTeardown(
-            teardown=host.teardown, recorder=recorder, jobs=jobs, units=inventory.units, spared=parking.spared
-        ),
-        default_profile=s.default_profile,
+        maintenance=maintenance,
+        default_profile=b.s.default_profile,
         watch=watch,
-        bench=BenchController(benchmarks, schedules, answers),
-        jobs=jobs,
+        bench=bench,
+        jobs=b.jobs,
         warms=warms,
         parking=parking,
         answers=answers,
-        collector=K25Collector(
-            recorder.hub,
-            recorder.store,
-            sampler,
-            watch.now,
-            recorder.cost,
-            restart_budget=policies.budget,
-            bench_throughput=benchmarks.bench_store.newest_throughput,
-        ),
-    )
-    return Services(
-        s, host, store, recorder, inventory, watch, sampler, warms, switcher, answers, policies, controller
+        collector=collector,
     )
 
 
@@ -259,11 +329,26 @@ def _benchmarks(
     warms: WarmService,
 ) -> Benchmarks:
     bench_store = BenchStore(recorder.store)
-    runner = BenchmarkRunner(recorder=recorder, bench_store=bench_store, http=host.bench_http,
-                             hardware=_hardware(host.gpus))  # fmt: skip
-    sweeps = Sweeps(bench_store=bench_store, profiles=inventory.reload_profiles, variants=inventory,
-                    profiles_path=s.profiles_path, max_variants=s.max_variants,
-                    check_paths=s.check_model_paths, service_port=s.service_port)  # fmt: skip
-    return Benchmarks(runner=runner, jobs=jobs, recorder=recorder, switcher=switcher,
-                      profiles=inventory.reload_profiles, bench_store=bench_store,
-                      default_profile=s.default_profile, sweeps=sweeps, warm=warms.start)  # fmt: skip
+    runner = BenchmarkRunner(
+        recorder=recorder, bench_store=bench_store, http=host.bench_http, hardware=_hardware(host.gpus)
+    )
+    sweeps = Sweeps(
+        bench_store=bench_store,
+        profiles=inventory.reload_profiles,
+        variants=inventory,
+        profiles_path=s.profiles_path,
+        max_variants=s.max_variants,
+        check_paths=s.check_model_paths,
+        service_port=s.service_port,
+    )
+    return Benchmarks(
+        runner=runner,
+        jobs=jobs,
+        recorder=recorder,
+        switcher=switcher,
+        profiles=inventory.reload_profiles,
+        bench_store=bench_store,
+        default_profile=s.default_profile,
+        sweeps=sweeps,
+        warm=warms.start,
+    )

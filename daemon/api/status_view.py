@@ -16,9 +16,11 @@ class StatusView:
     def __init__(
         self, build: Callable[[], Awaitable[BaseModel]], marks: Callable[[], tuple[object, ...]]
     ) -> None:
-        self._build, self._marks = build, marks
+        self._build = build
+        self._marks = marks
         self._key: tuple[object, ...] | None = None
-        self._body, self._etag = b"", ""
+        self._body = b""
+        self._etag = ""
         self._lock = asyncio.Lock()  # many readers after a change: one builds, the others get its bytes
 
     async def body(self) -> tuple[bytes, str]:
@@ -30,6 +32,7 @@ class StatusView:
             key = self._marks()
             if key != self._key:
                 body = (await self._build()).model_dump_json().encode()
-                self._key, self._body = key, body
+                self._key = key
+                self._body = body
                 self._etag = '"' + hashlib.blake2b(body, digest_size=8).hexdigest() + '"'
             return self._body, self._etag

@@ -78,11 +78,19 @@ class Comparison:
 def finished(views: Iterable[BenchmarkView]) -> list[Measured]:
     """The benchmarks among `views` that ended ok, as compare reads them (in the same order)."""
     return [
-        Measured(v.bench.run_id, v.bench.profile, v.bench.spec_hash, v.bench.prompt_hash, v.bench.gpu_key,
-                 v.bench.experiment_run_id, v.summaries, v.provenance)
+        Measured(
+            v.bench.run_id,
+            v.bench.profile,
+            v.bench.spec_hash,
+            v.bench.prompt_hash,
+            v.bench.gpu_key,
+            v.bench.experiment_run_id,
+            v.summaries,
+            v.provenance,
+        )
         for v in views
         if v.run.outcome == Outcome.OK
-    ]  # fmt: skip
+    ]
 
 
 def mean(xs: Sequence[float]) -> float | None:

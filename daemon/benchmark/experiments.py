@@ -98,8 +98,13 @@ class Benchmarks:
         sweeps: Sweeps,
         warm: Callable[[str], Awaitable[int]] | None = None,
     ) -> None:
-        self.runner, self.jobs, self.recorder, self.switcher = runner, jobs, recorder, switcher
-        self.profiles, self.bench_store, self.default_profile = profiles, bench_store, default_profile
+        self.runner = runner
+        self.jobs = jobs
+        self.recorder = recorder
+        self.switcher = switcher
+        self.profiles = profiles
+        self.bench_store = bench_store
+        self.default_profile = default_profile
         self.hub = recorder.hub
         self.store = recorder.store
         self.warm = warm  # a warm run of a profile (page cache)
@@ -183,8 +188,13 @@ class Benchmarks:
             request |= self.sweeps.request_fields(sweep)
             names += [v.name for v in sweep.variants]
             self.sweeps.hold(sweep)
-            log.info("run %d: sweep of %s over %s: %d variants", run_id, req.profiles[0],
-                     ", ".join(a.key for a in sweep.axes), len(sweep.variants))  # fmt: skip
+            log.info(
+                "run %d: sweep of %s over %s: %d variants",
+                run_id,
+                req.profiles[0],
+                ", ".join(a.key for a in sweep.axes),
+                len(sweep.variants),
+            )
         await asyncio.to_thread(self.bench_store.create_experiment, run_id=run_id, request=request)
         slot.start(run_id, self._experiment(Started(run_id, req, back, names, request if sweep else None)))
         return run_id
@@ -267,8 +277,14 @@ class Benchmarks:
             await self.recorder.event(
                 run_id, Phase.MEASURING, f"{step.profile}: benchmark run {bid} ({rep + 1}/{req.repeats})"
             )
-            inner = self.runner.run(bid, req.benchmark, target, experiment_run_id=run_id, repeat=rep,
-                                    say=self._sayer(bid, f"benchmark run {bid}"))  # fmt: skip
+            inner = self.runner.run(
+                bid,
+                req.benchmark,
+                target,
+                experiment_run_id=run_id,
+                repeat=rep,
+                say=self._sayer(bid, f"benchmark run {bid}"),
+            )
             task = slot.start(bid, inner)
         step.benchmark_run_ids.append(bid)
         try:

@@ -65,11 +65,18 @@ class RequestRecord:
 
     def to_row(self) -> RequestRow:
         return {
-            "i": self.index, "sent": round(self.sent, 6), "status": self.status, "error": self.error,
-            "in": self.prompt_tokens, "out": self.output_tokens, "usage": self.tokens_from_usage,
-            "ttft": self.ttft, "e2el": self.e2el, "gaps": [round(g, 6) for g in self.gaps],
+            "i": self.index,
+            "sent": round(self.sent, 6),
+            "status": self.status,
+            "error": self.error,
+            "in": self.prompt_tokens,
+            "out": self.output_tokens,
+            "usage": self.tokens_from_usage,
+            "ttft": self.ttft,
+            "e2el": self.e2el,
+            "gaps": [round(g, 6) for g in self.gaps],
             "chunk_tokens": self.chunk_tokens,
-        }  # fmt: skip
+        }
 
 
 class StreamReader:

@@ -20,15 +20,25 @@ BUILTIN: tuple[tuple[str, str], ...] = (
     ("math", "A train leaves at 14:05 and travels 312 km at 96 km/h. When does it arrive? Show your steps."),
     ("math", "Prove that the sum of the first n odd numbers is n squared, then check it for n = 7."),
     ("math", "Solve for x: 3x^2 - 12x + 9 = 0. Then explain what the discriminant tells you here."),
-    ("reasoning", "A host has 8 GPUs and three serving profiles. Baseline gives 82 tokens/s, a speculative "
-     "profile gives 55 tokens/s with 15% draft acceptance, a third gives 148 tokens/s. Reason step by step "
-     "about what could make speculative decoding slower than baseline and how you would verify each cause."),
-    ("reasoning", "Plan a migration of a production inference service to new hardware without downtime. "
-     "List the risks, the order of steps, how to roll back at each step, and what you would measure."),
-    ("reasoning", "Three engineers disagree about why a server deadlocks after loading. One blames the "
-     "driver, one the scheduler, one shared memory left behind by a crash. Design experiments that tell "
-     "these apart, and explain what each outcome would prove."),
-)  # fmt: skip
+    (
+        "reasoning",
+        "A host has 8 GPUs and three serving profiles. Baseline gives 82 tokens/s, a speculative "
+        "profile gives 55 tokens/s with 15% draft acceptance, a third gives 148 tokens/s. Reason step "
+        "by step about what could make speculative decoding slower than baseline and how you would "
+        "verify each cause.",
+    ),
+    (
+        "reasoning",
+        "Plan a migration of a production inference service to new hardware without downtime. "
+        "List the risks, the order of steps, how to roll back at each step, and what you would measure.",
+    ),
+    (
+        "reasoning",
+        "Three engineers disagree about why a server deadlocks after loading. One blames the "
+        "driver, one the scheduler, one shared memory left behind by a crash. Design experiments that tell "
+        "these apart, and explain what each outcome would prove.",
+    ),
+)
 
 # Short common words: each is about one token for the usual tokenizers (lengths are approximate).
 _WORDS = (

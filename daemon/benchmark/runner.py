@@ -109,7 +109,10 @@ class BenchmarkRunner:
     def __init__(
         self, *, recorder: RunRecorder, bench_store: BenchStore, http: HttpFactory, hardware: Hardware
     ) -> None:
-        self.recorder, self.bench_store, self.http, self.hardware = recorder, bench_store, http, hardware
+        self.recorder = recorder
+        self.bench_store = bench_store
+        self.http = http
+        self.hardware = hardware
 
     async def run(
         self,
@@ -236,8 +239,13 @@ class _Benchmark:
         client: httpx.AsyncClient,
         say: Callable[[str], None],
     ) -> None:
-        self.recorder, self.run_id, self.spec, self.target = recorder, run_id, spec, target
-        self.engine, self.client, self.say = engine, client, say
+        self.recorder = recorder
+        self.run_id = run_id
+        self.spec = spec
+        self.target = target
+        self.engine = engine
+        self.client = client
+        self.say = say
         self.prober = Prober(client)
         self.bodies: list[tuple[str, RequestBody]] = []
         self.out = Outcomes()
@@ -275,8 +283,11 @@ class _Benchmark:
         result = await self._measure(level)
         after = await self._counters()
         summary = summarize(result.records, result.duration)
-        summary |= {"max_concurrency": level.concurrency, "request_rate": level.rate or "inf",
-                    "num_prompts": len(self.bodies)}  # fmt: skip
+        summary |= {
+            "max_concurrency": level.concurrency,
+            "request_rate": level.rate or "inf",
+            "num_prompts": len(self.bodies),
+        }
         summary |= counter_keys(self.engine, before, after, self.target.lp)
         extra = other_traffic(summary, result.records)
         summary |= {"other_traffic": extra > 0, "other_traffic_tokens": extra}
@@ -290,8 +301,13 @@ class _Benchmark:
         self.say(f"{level.label}, warming up")
         short = {"max_tokens": min(16, spec.max_tokens)}
         warm = [Request(base + path, body | short) for path, body in self.bodies[: spec.warmups]]
-        await run_level(self.client, warm, concurrency=min(spec.warmups, level.concurrency or spec.warmups),
-                        rate=None, timeout_s=spec.request_timeout_s)  # fmt: skip
+        await run_level(
+            self.client,
+            warm,
+            concurrency=min(spec.warmups, level.concurrency or spec.warmups),
+            rate=None,
+            timeout_s=spec.request_timeout_s,
+        )
 
     async def _measure(self, level: Level) -> LevelResult:
         base = self.target.lp.profile.base_url
@@ -312,9 +328,15 @@ class _Benchmark:
                 pending.add(t)
                 t.add_done_callback(pending.discard)
 
-        result = await run_level(self.client, requests, concurrency=level.concurrency, rate=level.rate,
-                                 timeout_s=self.spec.request_timeout_s, seed=self.spec.seed,
-                                 on_done=finished)  # fmt: skip
+        result = await run_level(
+            self.client,
+            requests,
+            concurrency=level.concurrency,
+            rate=level.rate,
+            timeout_s=self.spec.request_timeout_s,
+            seed=self.spec.seed,
+            on_done=finished,
+        )
         if pending:
             await asyncio.gather(*pending)
         return result
@@ -323,13 +345,21 @@ class _Benchmark:
         self, level: Level, summary: VllmSummary, records: list[RequestRecord], extra: float
     ) -> None:
         if extra:
-            await self._event(f"{level.label}: the engine generated {extra:.0f} tokens for other clients "
-                              "during the level: its acceptance figures include them")  # fmt: skip
+            await self._event(
+                f"{level.label}: the engine generated {extra:.0f} tokens for other clients "
+                "during the level: its acceptance figures include them"
+            )
         total = len(records)
         if summary["completed"] == 0:
             errors = "; ".join(summary["errors"][:2])
             self.out.problems.append(f"{level.label}: all {total} requests failed ({errors})")
         rows = [r.to_row() for r in records]
         self.out.levels.append(LevelRow(level.concurrency, level.rate, summary, rows))
-        log.info("run %d: %s: %.1f tok/s out, %d ok, %d failed", self.run_id, level.label,
-                 summary["output_throughput"], summary["completed"], summary["failed"])  # fmt: skip
+        log.info(
+            "run %d: %s: %.1f tok/s out, %d ok, %d failed",
+            self.run_id,
+            level.label,
+            summary["output_throughput"],
+            summary["completed"],
+            summary["failed"],
+        )

@@ -56,8 +56,13 @@ class Schedules:
         jobs: Jobs,
         running_now: Callable[[], float | None],
     ) -> None:
-        self.timers, self.folder, self.command = timers, folder, command
-        self.benchmarks, self.recorder, self.jobs, self.running_now = benchmarks, recorder, jobs, running_now
+        self.timers = timers
+        self.folder = folder
+        self.command = command
+        self.benchmarks = benchmarks
+        self.recorder = recorder
+        self.jobs = jobs
+        self.running_now = running_now
 
     async def schedule(self, req: ExperimentRequest, at: str, max_running: int | None) -> Schedule:
         """Validated as an experiment started now would be; nothing is written if systemd refuses `at`."""

@@ -30,8 +30,18 @@ Scalar = bool | int | float | str
 # What makes a variant its base's twin on the host: it serves on the base's port, under a unit of its own,
 # and is measured once and stopped (it never parks).
 PARK_KEYS = ("park", "park_level", "park_residual_mib", "park_expose_ok")
-FIXED_KEYS = ("name", "unit", "adopt", "port", "host", *PARK_KEYS, "command", "extra_args", "environment",
-              "speculative")  # fmt: skip
+FIXED_KEYS = (
+    "name",
+    "unit",
+    "adopt",
+    "port",
+    "host",
+    *PARK_KEYS,
+    "command",
+    "extra_args",
+    "environment",
+    "speculative",
+)
 
 
 @dataclass(frozen=True)
@@ -99,8 +109,12 @@ def _text(v: object) -> str | None:
 
 def _typed(key: str, v: Scalar, want: type) -> str | None:
     """The flag value as text, or None for a bool flag; refuses a value of the wrong type, naming the key."""
-    ok = {bool: isinstance(v, bool), int: isinstance(v, int) and not isinstance(v, bool),
-          float: isinstance(v, int | float) and not isinstance(v, bool), str: True}[want]  # fmt: skip
+    ok = {
+        bool: isinstance(v, bool),
+        int: isinstance(v, int) and not isinstance(v, bool),
+        float: isinstance(v, int | float) and not isinstance(v, bool),
+        str: True,
+    }[want]
     if not ok:
         raise InvalidInput(f"axis {key!r}: value {value_text(v)!r} is not {want.__name__}")
     return None if want is bool else value_text(v)
@@ -134,8 +148,10 @@ def resolve_axes(base: Profile, vary: Mapping[str, Sequence[Scalar]]) -> list[Ax
         label = parts[-1].removeprefix("--")
         top, sub = parts[0], parts[1:]
         if top in FIXED_KEYS and not (top == "speculative" and sub):
-            raise InvalidInput(f"axis {key!r}: {top} cannot vary (a variant serves on its base's port under "
-                               "a unit of its own and never parks; vary the flags themselves)")  # fmt: skip
+            raise InvalidInput(
+                f"axis {key!r}: {top} cannot vary (a variant serves on its base's port under "
+                "a unit of its own and never parks; vary the flags themselves)"
+            )
         if top in Profile.model_fields and not sub:
             axes.append(Axis(key, tuple(values), label, path=parts, base=_text(getattr(base, top))))
             continue
@@ -157,8 +173,10 @@ def resolve_axes(base: Profile, vary: Mapping[str, Sequence[Scalar]]) -> list[Ax
         else:
             where = "the profile's command" if base.command is not None else "extra_args"
             known = ", ".join(sorted(engine.tunable_flags)) or "none"
-            raise InvalidInput(f"unknown axis {key!r}: not a profile key, not a flag in {where}, and not a "
-                               f"{engine.name} flag k25-ctl can add (known: {known})")  # fmt: skip
+            raise InvalidInput(
+                f"unknown axis {key!r}: not a profile key, not a flag in {where}, and not a "
+                f"{engine.name} flag k25-ctl can add (known: {known})"
+            )
         for v in values:
             _typed(key, v, want)
         axes.append(Axis(key, tuple(values), label, flag=flag, flag_type=want, base=now))
@@ -196,17 +214,23 @@ def _apply(doc: tomlkit.TOMLDocument, axis: Axis, value: Scalar) -> None:
 
 
 def derive(
-    base: LoadedProfile, text: str, vary: Mapping[str, Sequence[Scalar]], *, max_variants: int,
+    base: LoadedProfile,
+    text: str,
+    vary: Mapping[str, Sequence[Scalar]],
+    *,
+    max_variants: int,
     check_paths: bool = False,
-) -> Sweep:  # fmt: skip
+) -> Sweep:
     """The variants of `base` (whose file reads `text`), in an order that keeps switches cheap: those that
     read the same weights next to each other, the base's own first."""
     axes = resolve_axes(base.profile, vary)
     count = math.prod(len(a.values) for a in axes)
     if count > max_variants:
         sizes = " x ".join(str(len(a.values)) for a in axes)
-        raise InvalidInput(f"{count} variants ({sizes}) exceed max_variants {max_variants}: drop values, or "
-                           "raise K25_MAX_VARIANTS")  # fmt: skip
+        raise InvalidInput(
+            f"{count} variants ({sizes}) exceed max_variants {max_variants}: drop values, or "
+            "raise K25_MAX_VARIANTS"
+        )
     p = base.profile
     engine = engine_for(p)
     sweep = Sweep(base, axes, [])
@@ -221,8 +245,9 @@ def derive(
         for key in PARK_KEYS:
             data.pop(key, None)
         data |= {"name": p.name, "unit": variant_unit(p.name, len(sweep.variants) + 1)}
-        item = profile_from_data(base.file, p.name, data, base.sha256, check_paths=check_paths,
-                                 engine_check=engine_check)  # fmt: skip
+        item = profile_from_data(
+            base.file, p.name, data, base.sha256, check_paths=check_paths, engine_check=engine_check
+        )
         if isinstance(item, InvalidProfile):
             why = "; ".join(f"key {q.key!r}: {q.message}" for q in item.problems)
             raise InvalidInput(f"variant {name}: {why}")

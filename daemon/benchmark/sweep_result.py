@@ -36,8 +36,10 @@ class Metric:
     concurrency: int | None  # the level's; None: the first level
 
     def of(self, levels: Sequence[VllmSummary]) -> float | None:
-        level = next((s for s in levels if self.concurrency is None or s.get("max_concurrency") ==
-                      self.concurrency), None)  # fmt: skip
+        level = next(
+            (s for s in levels if self.concurrency is None or s.get("max_concurrency") == self.concurrency),
+            None,
+        )
         value = level.get(self.key) if level else None
         return float(value) if isinstance(value, int | float) else None
 
@@ -91,8 +93,9 @@ def _row(profile: str, values: dict[str, object], runs: list[Measured], metric: 
     first = [m.levels[0] for m in runs if m.levels]
     lengths = [float(x) for s in first if isinstance(x := s.get("acceptance_length"), int | float)]
     drafted = next((len(p) for s in first if (p := per_position(s))), None)
-    return SweepRow(profile, values, [m.run_id for m in runs], mean(samples), cv(samples), samples,
-                    mean(lengths), drafted)  # fmt: skip
+    return SweepRow(
+        profile, values, [m.run_id for m in runs], mean(samples), cv(samples), samples, mean(lengths), drafted
+    )
 
 
 def per_position_of(runs: Sequence[Measured]) -> list[float]:
@@ -150,8 +153,10 @@ def sweep_result(
     elif best.ratio is not None and best.noise is not None:
         sure = "outside the noise" if best.verdict == "faster" else "within the noise: not a sure gain"
         assumed = " (noise assumed: use repeats)" if best.noise_assumed else ""
-        out.recommendation = (f"{best.profile}: {best.ratio:.2f}x {base} on {metric.label}, "
-                              f"noise band ±{best.noise:.0%}{assumed}, {sure}")  # fmt: skip
+        out.recommendation = (
+            f"{best.profile}: {best.ratio:.2f}x {base} on {metric.label}, "
+            f"noise band ±{best.noise:.0%}{assumed}, {sure}"
+        )
         out.promote = f"{command} promote {run_id} '{best.profile}'"
     if any(r.value is None for r in out.rows):
         out.notes.append("unmeasured: " + ", ".join(r.profile for r in out.rows if r.value is None))

@@ -64,9 +64,13 @@ class Sweeps:
         check_paths: bool,
         service_port: int | None,
     ) -> None:
-        self.bench_store, self.profiles, self.variants = bench_store, profiles, variants
-        self.profiles_path, self.max_variants = profiles_path, max_variants
-        self.check_paths, self.service_port = check_paths, service_port
+        self.bench_store = bench_store
+        self.profiles = profiles
+        self.variants = variants
+        self.profiles_path = profiles_path
+        self.max_variants = max_variants
+        self.check_paths = check_paths
+        self.service_port = service_port
 
     def hold(self, sweep: Sweep) -> None:
         """The sweep's variants are profiles while it runs (switched to, watched, listed)."""
@@ -113,8 +117,10 @@ class Sweeps:
         steps += [PlanStep(v.name, v.values, v.argv, switch_s, each) for v in sweep.variants]
         switches = sum(1 for s in steps if s.profile != active) + (1 if back else 0)
         notes = list(sweep.notes)
-        notes.append(f"every variant restarts the engine ({switches} switches): the engines read these "
-                     "settings only at start, none of them can be changed on a running server")  # fmt: skip
+        notes.append(
+            f"every variant restarts the engine ({switches} switches): the engines read these "
+            "settings only at start, none of them can be changed on a running server"
+        )
         if active == base:
             notes.append(f"{base} is active: measured in place, no switch")
         if switch_s is None:
@@ -157,8 +163,10 @@ class Sweeps:
                 port += 1
             doc["port"] = port
         when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
-        head = (f"# Promoted by k25-ctl from experiment {run_id}, variant {variant} ({when}).\n"
-                f"# Review it, then: k25-ctl activate {name}\n")  # fmt: skip
+        head = (
+            f"# Promoted by k25-ctl from experiment {run_id}, variant {variant} ({when}).\n"
+            f"# Review it, then: k25-ctl activate {name}\n"
+        )
         path = self.profiles_path / f"{name}.toml"
         await asyncio.to_thread(_write_new, path, head + tomlkit.dumps(doc))
         fresh = await self.profiles()  # the folder read again: listed at once, or refused below

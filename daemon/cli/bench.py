@@ -225,8 +225,10 @@ def benchmark(args: argparse.Namespace) -> int:
             drafted = len(s.get("spec_decode_per_position_acceptance_rates") or [])
             guesses = ", ".join(f"at k={k} ~{v:.2f}" for k, v in predicted.items())
             measured = figure(s.get("acceptance_length"), ".2f")
-            lines.append(f"    predicted acceptance length: {guesses} (measured at k={drafted}: {measured}; "
-                         "from the per-position rates)")  # fmt: skip
+            lines.append(
+                f"    predicted acceptance length: {guesses} (measured at k={drafted}: {measured}; "
+                "from the per-position rates)"
+            )
     emit(args, b, "\n".join(lines))
     return EXIT_OK if b["outcome"] in ("ok", "running") else EXIT_FAILED
 
@@ -258,9 +260,14 @@ def add_commands(add: Add) -> None:
     p.add_argument("--no-restore", action="store_true", help="stay on the last profile")
     p.add_argument("--at", help='later, by a systemd timer: "Sat 03:00" (OnCalendar=) or "+10min"')
     p.add_argument("--max-running", type=int, help="with --at: skip it if the engine serves more requests")
-    p.add_argument("--vary", action="append", default=[], metavar="KEY=V1,V2",
-                   help="a sweep of the one PROFILE: a profile key (speculative.num_speculative_tokens) or "
-                   "an engine flag (max_num_seqs); repeat it for more axes (every combination)")  # fmt: skip
+    p.add_argument(
+        "--vary",
+        action="append",
+        default=[],
+        metavar="KEY=V1,V2",
+        help="a sweep of the one PROFILE: a profile key (speculative.num_speculative_tokens) or "
+        "an engine flag (max_num_seqs); repeat it for more axes (every combination)",
+    )
     p.add_argument("--metric", help="what ranks a sweep: throughput (default), tpot_p50, ttft_p99, NAME@C")
     p.add_argument("--dry-run", action="store_true", help="print the sweep's plan and time; start nothing")
     _load_options(p)

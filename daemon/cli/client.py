@@ -19,7 +19,8 @@ ApiJson = dict[str, Any]
 class ApiError(Exception):
     def __init__(self, status: int, detail: str) -> None:
         super().__init__(f"HTTP {status}: {detail}")
-        self.status, self.detail = status, detail
+        self.status = status
+        self.detail = detail
 
 
 def daemon_url(settings: Settings) -> str:

@@ -256,7 +256,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, nargs="*", help="only these GPUs (default: all)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_teardown)
+    _sandbox_command(sub)
+    return parser
 
+
+def _sandbox_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     p = sub.add_parser("sandbox", help="a real systemd in namespaces with fake engines (tests, demo)")
     p.add_argument("action", choices=("up", "down", "status", "shell"))
     p.add_argument("name", nargs="?", help="which sandbox (default: the newest)")
@@ -291,7 +295,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_sandbox)
-    return parser
 
 
 def main(argv: list[str] | None = None) -> int:

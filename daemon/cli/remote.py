@@ -221,8 +221,10 @@ def describe_known_answer(known: ApiJson) -> str:
 def describe_parked(pk: ApiJson) -> str:
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(pk["since"]))
     held = f"{sum(pk['gpu_mib'].values())} MiB on {len(pk['gpu_mib'])} GPU(s)"
-    return (f"parked   {pk['profile']} since {since} (level {pk['level']}, main PID {pk['main_pid']}): "
-            f"{held}, {pk['host_ram_bytes'] / 2**30:.1f} GiB host RAM")  # fmt: skip
+    return (
+        f"parked   {pk['profile']} since {since} (level {pk['level']}, main PID {pk['main_pid']}): "
+        f"{held}, {pk['host_ram_bytes'] / 2**30:.1f} GiB host RAM"
+    )
 
 
 def describe_cost(cost: ApiJson) -> str:

@@ -16,8 +16,10 @@ def plan(c: Client, args: argparse.Namespace, body: ApiJson) -> int:
     lines = [f"plan: {len(p['steps'])} steps over {p['base']}, {p['switches']} switches, about {about}"]
     for i, s in enumerate(p["steps"], 1):
         values = ", ".join(f"{k}={v}" for k, v in s["values"].items()) or "as it is"
-        lines.append(f"  {i:2}. {s['profile']}  ({values}); switch ~{figure(s['switch_s'], '.0f')} s, "
-                     f"benchmarks ~{figure(s['benchmark_s'], '.0f')} s")  # fmt: skip
+        lines.append(
+            f"  {i:2}. {s['profile']}  ({values}); switch ~{figure(s['switch_s'], '.0f')} s, "
+            f"benchmarks ~{figure(s['benchmark_s'], '.0f')} s"
+        )
     lines += [f"note: {n}" for n in p["notes"]]
     emit(args, p, "\n".join(lines))
     return EXIT_OK

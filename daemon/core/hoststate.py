@@ -19,8 +19,12 @@ log = logging.getLogger("k25.host")
 
 
 def _with_progress(st: HostStatus, p: Progress | None) -> HostStatus:
-    return replace(st, progress_percent=p.percent if p else None, progress_done=p.done if p else None,
-                   progress_total=p.total if p else None)  # fmt: skip
+    return replace(
+        st,
+        progress_percent=p.percent if p else None,
+        progress_done=p.done if p else None,
+        progress_total=p.total if p else None,
+    )
 
 
 class HostState(enum.StrEnum):
@@ -94,8 +98,14 @@ class StateHub:
 
     def begin_switch(self, run_id: int, target: str) -> HostStatus:
         """The host is switching to `target` under this run (a switch or a rollback)."""
-        st = replace(self.status, state=HostState.SWITCHING, target_profile=target, run_id=run_id,
-                     phase=Phase.CREATED, reason=None)  # fmt: skip
+        st = replace(
+            self.status,
+            state=HostState.SWITCHING,
+            target_profile=target,
+            run_id=run_id,
+            phase=Phase.CREATED,
+            reason=None,
+        )
         return self._set(_with_progress(st, None))
 
     def phase(self, phase: Phase, progress: Progress | None, detail: str | None = None) -> HostStatus:
@@ -103,8 +113,16 @@ class StateHub:
 
     def settle(self, state: HostState, active_profile: str | None, reason: str | None) -> HostStatus:
         """No run in progress any more: no target, no phase, no progress."""
-        st = replace(self.status, state=state, active_profile=active_profile, target_profile=None,
-                     run_id=None, phase=None, phase_detail=None, reason=reason)  # fmt: skip
+        st = replace(
+            self.status,
+            state=state,
+            active_profile=active_profile,
+            target_profile=None,
+            run_id=None,
+            phase=None,
+            phase_detail=None,
+            reason=reason,
+        )
         return self._set(_with_progress(st, None))
 
     def health(self, state: HostState, reason: str | None) -> HostStatus:
@@ -141,8 +159,11 @@ class StateHub:
             log.log(
                 logging.WARNING if new.state in (HostState.DEGRADED, HostState.NEEDS_RESET) else logging.INFO,
                 "host state %s -> %s%s: %s",
-                before.state, new.state, f" (run {run})" if run else "", describe(new),
-            )  # fmt: skip
+                before.state,
+                new.state,
+                f" (run {run})" if run else "",
+                describe(new),
+            )
         for q in self._subscribers:
             if q.full():
                 q.get_nowait()

@@ -278,8 +278,9 @@ def parse_profile(
         data = tomllib.loads(raw.decode("utf-8"))
     except (OSError, UnicodeDecodeError, tomllib.TOMLDecodeError) as e:
         return InvalidProfile(path, stem, [ProfileProblem("(file)", f"cannot be read as TOML: {e}")])
-    return profile_from_data(path, stem, data, hashlib.sha256(raw).hexdigest(), check_paths=check_paths,
-                             engine_check=engine_check)  # fmt: skip
+    return profile_from_data(
+        path, stem, data, hashlib.sha256(raw).hexdigest(), check_paths=check_paths, engine_check=engine_check
+    )
 
 
 def profile_from_data(

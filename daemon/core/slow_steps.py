@@ -56,7 +56,8 @@ class SlowSteps:
     """Installed (a context manager) for one thread's event loop: Handle._run is wrapped while it is."""
 
     def __init__(self, threshold_s: float, report: Report) -> None:
-        self.threshold_s, self.report = threshold_s, report
+        self.threshold_s = threshold_s
+        self.report = report
         self._running: tuple[float, asyncio.Handle] | None = None
         self._seen: dict[int, str] = {}  # id(handle) -> the stack the watcher saw while it ran
         self._stop = threading.Event()

@@ -227,8 +227,10 @@ class Engine(ABC):
             can = f"park = {self.park_mode.value!r}" if self.park_mode else "no parking"
             return [("park", f"engine {self.name!r} supports {can}, not {profile.park.value!r}")]
         if profile.host not in LOOPBACK and not profile.park_expose_ok:
-            why = (f"a parkable engine opens its sleep/wake endpoints on {profile.host}, to the network: "
-                   "bind it to 127.0.0.1, or say park_expose_ok = true")  # fmt: skip
+            why = (
+                f"a parkable engine opens its sleep/wake endpoints on {profile.host}, to the network: "
+                "bind it to 127.0.0.1, or say park_expose_ok = true"
+            )
             return [("park_expose_ok", why)]
         if profile.command is None:
             return []  # rendered: the flags are in the argv

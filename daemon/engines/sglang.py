@@ -77,17 +77,28 @@ PATH_RESUME = "/resume_memory_occupation"
 class SglangEngine(Engine):
     name = "sglang"
     park_mode = ParkMode.RELEASE
-    tunable_flags = MappingProxyType({
-        "--max-running-requests": int, "--chunked-prefill-size": int, "--cuda-graph-max-bs": int,
-        "--max-prefill-tokens": int, "--disable-cuda-graph": bool, "--enable-torch-compile": bool,
-        "--schedule-policy": str, "--schedule-conservativeness": float, "--attention-backend": str,
-    })  # fmt: skip
-    flag_keys = MappingProxyType({
-        "--mem-fraction-static": "memory_fraction", "--tp-size": "tensor_parallel_size",
-        "--speculative-num-steps": "speculative.num_speculative_tokens",
-        "--speculative-eagle-topk": "speculative.eagle_topk",
-        "--speculative-num-draft-tokens": "speculative.num_draft_tokens",
-    })  # fmt: skip
+    tunable_flags = MappingProxyType(
+        {
+            "--max-running-requests": int,
+            "--chunked-prefill-size": int,
+            "--cuda-graph-max-bs": int,
+            "--max-prefill-tokens": int,
+            "--disable-cuda-graph": bool,
+            "--enable-torch-compile": bool,
+            "--schedule-policy": str,
+            "--schedule-conservativeness": float,
+            "--attention-backend": str,
+        }
+    )
+    flag_keys = MappingProxyType(
+        {
+            "--mem-fraction-static": "memory_fraction",
+            "--tp-size": "tensor_parallel_size",
+            "--speculative-num-steps": "speculative.num_speculative_tokens",
+            "--speculative-eagle-topk": "speculative.eagle_topk",
+            "--speculative-num-draft-tokens": "speculative.num_draft_tokens",
+        }
+    )
     park_flag_reasons = MappingProxyType(
         {
             FLAG_MEMORY_SAVER: "without it SGLang has no release/resume of its memory",

@@ -45,8 +45,18 @@ M_WAITING = "vllm:num_requests_waiting"
 M_KV_USAGE = "vllm:kv_cache_usage_perc"
 
 # The counters and gauges k25-ctl reads (histograms are left to Prometheus).
-SCRAPED = (M_PROMPT, M_GENERATION, M_SUCCESS, M_DRAFTS, M_DRAFT_TOKENS, M_ACCEPTED, M_ACCEPTED_POS, M_RUNNING,
-           M_WAITING, M_KV_USAGE)  # fmt: skip
+SCRAPED = (
+    M_PROMPT,
+    M_GENERATION,
+    M_SUCCESS,
+    M_DRAFTS,
+    M_DRAFT_TOKENS,
+    M_ACCEPTED,
+    M_ACCEPTED_POS,
+    M_RUNNING,
+    M_WAITING,
+    M_KV_USAGE,
+)
 
 # What the engine prints and how its processes are named (the sandbox's fake engine speaks the same).
 TITLE_ENGINE_CORE = "VLLM::EngineCore"
@@ -80,16 +90,28 @@ ANSWER_EXTRAS = {"return_token_ids": True}
 class VllmEngine(Engine):
     name = "vllm"
     park_mode = ParkMode.SLEEP
-    tunable_flags = MappingProxyType({
-        "--max-num-seqs": int, "--max-num-batched-tokens": int, "--max-model-len": int, "--block-size": int,
-        "--enforce-eager": bool, "--enable-prefix-caching": bool, "--enable-chunked-prefill": bool,
-        "--async-scheduling": bool, "--kv-cache-dtype": str, "--swap-space": float,
-    })  # fmt: skip
-    flag_keys = MappingProxyType({
-        "--gpu-memory-utilization": "memory_fraction", "--tensor-parallel-size": "tensor_parallel_size",
-        "--num-speculative-tokens": "speculative.num_speculative_tokens",
-        "--served-model-name": "served_model_name",
-    })  # fmt: skip
+    tunable_flags = MappingProxyType(
+        {
+            "--max-num-seqs": int,
+            "--max-num-batched-tokens": int,
+            "--max-model-len": int,
+            "--block-size": int,
+            "--enforce-eager": bool,
+            "--enable-prefix-caching": bool,
+            "--enable-chunked-prefill": bool,
+            "--async-scheduling": bool,
+            "--kv-cache-dtype": str,
+            "--swap-space": float,
+        }
+    )
+    flag_keys = MappingProxyType(
+        {
+            "--gpu-memory-utilization": "memory_fraction",
+            "--tensor-parallel-size": "tensor_parallel_size",
+            "--num-speculative-tokens": "speculative.num_speculative_tokens",
+            "--served-model-name": "served_model_name",
+        }
+    )
     default_memory_fraction = 0.9  # --gpu-memory-utilization's default
     answer_extras = MappingProxyType(ANSWER_EXTRAS)
     park_flag_reasons = MappingProxyType(

@@ -25,7 +25,9 @@ WARNING = "runs database cannot be written"  # the start of the /status warning 
 
 class HeldWrites:
     def __init__(self, store: Store, hub: StateHub, *, retry_s: float) -> None:
-        self.store, self.hub, self.retry_s = store, hub, retry_s
+        self.store = store
+        self.hub = hub
+        self.retry_s = retry_s
         self._held: deque[tuple[str, Callable[[], object]]] = deque()
         self._last_id = 0  # the newest run id given out while holding
         self._why = ""
@@ -102,8 +104,11 @@ class HeldWrites:
 
     async def close(self) -> None:
         if self._held:
-            log.error("the daemon stops with %d records not written (%s): the next start settles their runs",
-                      len(self._held), self._why)  # fmt: skip
+            log.error(
+                "the daemon stops with %d records not written (%s): the next start settles their runs",
+                len(self._held),
+                self._why,
+            )
         if self._task is not None:
             self._task.cancel()
             with contextlib.suppress(asyncio.CancelledError):

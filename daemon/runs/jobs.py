@@ -80,7 +80,8 @@ class Slot:
     """A job admitted but whose run is still being created; `start` hands it its run and task."""
 
     def __init__(self, jobs: Jobs, job: Job) -> None:
-        self._jobs, self.job = jobs, job
+        self._jobs = jobs
+        self.job = job
 
     def start(self, run_id: int, body: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         return self._jobs._start(self.job, run_id, body)

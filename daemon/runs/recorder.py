@@ -37,7 +37,8 @@ class HostAfter:
 
 class RunRecorder:
     def __init__(self, store: Store, hub: StateHub, *, held_retry_s: float = 5.0) -> None:
-        self.store, self.hub = store, hub
+        self.store = store
+        self.hub = hub
         self.cost = SwitchCostStore(store)  # what switches cost the clients (/metrics reads its summary)
         self.held = HeldWrites(store, hub, retry_s=held_retry_s)  # a full disk must not lose what happened
 
@@ -72,9 +73,15 @@ class RunRecorder:
         stages = dict(load_stages) if load_stages is not None else None
         stored = await self.held.write(
             f"run {run_id} event {phase}",
-            lambda: self.store.add_event(run_id=run_id, phase=phase, detail=detail, progress=progress,
-                                         load_seconds=load_seconds, load_stages=stages),
-        )  # fmt: skip
+            lambda: self.store.add_event(
+                run_id=run_id,
+                phase=phase,
+                detail=detail,
+                progress=progress,
+                load_seconds=load_seconds,
+                load_stages=stages,
+            ),
+        )
         if self.hub.status.run_id == run_id:
             loading = phase is Phase.LOADING
             shown = detail.removeprefix("draining: ") if phase is Phase.DRAINING else None
@@ -101,13 +108,20 @@ class RunRecorder:
         """`error` is kept on the run; `detail` (a normal end's why) goes only to its final event."""
         stored = await self.held.write(
             f"run {run_id} end ({outcome})",
-            lambda: self.store.finish_run(run_id=run_id, outcome=outcome, error=error,
-                                          load_seconds=load_seconds, detail=detail),
-        )  # fmt: skip
+            lambda: self.store.finish_run(
+                run_id=run_id, outcome=outcome, error=error, load_seconds=load_seconds, detail=detail
+            ),
+        )
         if host is not None:
             self.settle(host)
-        event = RunEventJson(id=stored or 0, phase=outcome.phase, detail=detail or error or "",
-                             at=time.time(), final=True, rollback_run_id=rollback_run_id)  # fmt: skip
+        event = RunEventJson(
+            id=stored or 0,
+            phase=outcome.phase,
+            detail=detail or error or "",
+            at=time.time(),
+            final=True,
+            rollback_run_id=rollback_run_id,
+        )
         self.hub.publish_run(run_id, event)
         level = logging.INFO if outcome in (Outcome.ACTIVE, Outcome.OK) else logging.WARNING
         then = f"; rolling back in run {rollback_run_id}" if rollback_run_id else ""
@@ -126,9 +140,13 @@ class RunRecorder:
         for o in report.processes:
             log.warning(
                 "run %d: teardown: pid %d (%s) %s after %s; reasons: %s",
-                run_id, o.pid, o.title[:80], o.outcome or "not signalled", "+".join(o.signals) or "no signal",
+                run_id,
+                o.pid,
+                o.title[:80],
+                o.outcome or "not signalled",
+                "+".join(o.signals) or "no signal",
                 "; ".join(o.reasons),
-            )  # fmt: skip
+            )
         for name in report.shm_removed:
             log.info("run %d: teardown: removed /dev/shm/%s (engine file, held by nobody)", run_id, name)
         killed = ", ".join(
@@ -164,9 +182,10 @@ class RunRecorder:
     ) -> None:
         await self.held.write(
             f"run {run_id} drain",
-            lambda: self.cost.drained(run_id=run_id, seconds=seconds, finished=finished, cut=cut,
-                                      timed_out=timed_out),
-        )  # fmt: skip
+            lambda: self.cost.drained(
+                run_id=run_id, seconds=seconds, finished=finished, cut=cut, timed_out=timed_out
+            ),
+        )
         if cut:
             log.warning("run %d: %d request(s) still in flight at the stop: cut", run_id, cut)
 

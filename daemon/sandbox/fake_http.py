@@ -183,7 +183,8 @@ class _FakeServer:
     """The engine's HTTP surface: health, models, metrics, version, server info, completions, parking."""
 
     def __init__(self, cfg: FakeConfig, started: float, workers: ParkControl) -> None:
-        self.cfg, self.started = cfg, started
+        self.cfg = cfg
+        self.started = started
         self.weights = Weights(salt=cfg.answer_salt)
         self.park = FakePark(cfg.park, workers, self.weights, self._lose_drafter) if cfg.park else None
         self.stats = Stats(cfg)
@@ -269,7 +270,11 @@ class _Completion:
     """One completion request, streamed (as the engines send their chunks) or whole."""
 
     def __init__(self, server: _FakeServer, body: RequestBody, chat: bool) -> None:
-        self.server, self.cfg, self.stats, self.body, self.chat = server, server.cfg, server.stats, body, chat
+        self.server = server
+        self.cfg = server.cfg
+        self.stats = server.stats
+        self.body = body
+        self.chat = chat
         self.max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         prompt = body.get("prompt") or json.dumps(body.get("messages", ""))
         self.prompt_tokens = max(1, len(str(prompt).split()))
@@ -315,8 +320,13 @@ class _Completion:
                     produced = n
                     yield f"data: {json.dumps(out)}\n\n".encode()
             if self.options.get("include_usage"):
-                final = {"id": self.rid, "object": self.obj, "model": self.cfg.model, "choices": [],
-                         "usage": self.usage(produced)}  # fmt: skip
+                final = {
+                    "id": self.rid,
+                    "object": self.obj,
+                    "model": self.cfg.model,
+                    "choices": [],
+                    "usage": self.usage(produced),
+                }
                 yield f"data: {json.dumps(final)}\n\n".encode()
             yield b"data: [DONE]\n\n"
         finally:

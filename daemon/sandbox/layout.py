@@ -161,15 +161,14 @@ def fake_engine_profile(
     k25-ctl renders for the engine (`park_flags`: others, e.g. too few). `engine_args`: more
     fake engine flags (--draft-cost, --position-acceptance)."""
     model = weights or models / "Kimi-K2.5-INT4"
-    command = [sys.executable, "-m", "daemon.sandbox.fake_engine", "--flavor", flavor, "--port", "{port}",
-               "--served-model-name", "kimi-k2.5", "--model", str(model), "--load-seconds", str(load_seconds),
-               "--rate", str(rate)]  # fmt: skip
+    command = [sys.executable, "-m", "daemon.sandbox.fake_engine", "--flavor", flavor, "--port", "{port}"]
+    command += ["--served-model-name", "kimi-k2.5", "--model", str(model)]
+    command += ["--load-seconds", str(load_seconds), "--rate", str(rate)]
     if spec:
         command += ["--spec-tokens", str(int(spec["k"])), "--acceptance", str(spec["acceptance"])]
     if weights is not None:
         command += ["--weights", str(weights)]
-    for fault in faults:
-        command += ["--fault", fault]
+    command += [arg for fault in faults for arg in ("--fault", fault)]
     if fault_after is not None:
         command += ["--fault-after", str(fault_after)]
     if park is not None:
@@ -259,10 +258,17 @@ def write_tree(
     for name, fake in SANDBOX_PROFILES.items():
         ports[name] = free_port()
         text = fake_engine_profile(
-            name, port=ports[name], models=root / "models", load_seconds=load_seconds,
-            flavor=fake.flavor, rate=fake.rate, spec=fake.spec, unit=fake.unit, weights=weights,
+            name,
+            port=ports[name],
+            models=root / "models",
+            load_seconds=load_seconds,
+            flavor=fake.flavor,
+            rate=fake.rate,
+            spec=fake.spec,
+            unit=fake.unit,
+            weights=weights,
             park=ENGINES[fake.flavor].park_mode if name in parks else None,
-        )  # fmt: skip
+        )
         (etc / "profiles.d" / f"{name}.toml").write_text(text)
     if extra_profiles is not None:
         for f in sorted(extra_profiles.glob("*.toml")):

@@ -168,21 +168,18 @@ def up(
     parks: tuple[str, ...] = (),
 ) -> SandboxInfo:
     """Boot a sandbox; `settings` override the daemon's (TOML values as text: {"watch_interval_s": "10"});
-    `binds`: folders outside the sandbox's own that the daemon reads (its /tmp is private).
-    `fresh_host`: systemd, D-Bus and journald only, on private /etc, /opt, /usr/local and /var with no
-    k25-ctl in them: a host for install.sh (`port`: the one its settings will name). `weights`: a folder of
-    real weight files for the stock profiles (made there once: 4 files of `weight_file_mib`). `parks`: the
-    stock profiles that park (the demo shows a wake)."""
+    `binds`: folders outside its own that the daemon reads (its /tmp is private). `fresh_host`: systemd,
+    D-Bus and journald only, on private /etc, /opt, /usr/local and /var: a host for install.sh (`port`: the
+    one its settings will name). `weights`: real weight files for the stock profiles (4 of
+    `weight_file_mib`, made there once). `parks`: the stock profiles that park (the demo shows a wake)."""
     if os.geteuid() != 0:
         raise K25Error("the sandbox needs root (it boots systemd in namespaces)")
     SANDBOX_HOME.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="sbx-", dir=SANDBOX_HOME))
-    name = root.name
-    port = port or free_port()
-    engine_ports: dict[str, int] = {}
+    port, engine_ports = port or free_port(), {}
     if fresh_host:
         write_base_units(root / "units")
-    else:
+    else:  # the stock profiles, their fake engines' ports, the units rendered for the sandbox
         if weights is not None:
             make_weights(weights, weight_file_mib)
             binds = (*binds, weights)
@@ -196,7 +193,7 @@ def up(
             weights=weights,
             parks=parks,
         )
-    cgroups = plan_cgroups(name)
+    cgroups = plan_cgroups(root.name)
     script = _boot_script(root, cgroups, fresh_host=fresh_host)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(str(root / "notify.sock"))
@@ -207,20 +204,7 @@ def up(
         import psutil
 
         init = psutil.Process(unshare.pid).children()[0].pid
-        info = SandboxInfo(
-            name=name,
-            dir=str(root),
-            pid=init,
-            unshare_pid=unshare.pid,
-            port=port,
-            url=f"http://127.0.0.1:{port}",
-            token_file=f"/proc/{init}/root/etc/k25-ctl/token" if fresh_host else str(root / "etc/token"),
-            config="/etc/k25-ctl/k25-ctl.toml" if fresh_host else str(root / "etc/k25-ctl.toml"),
-            pid_ns=str(Path(f"/proc/{init}/ns/pid").readlink()),
-            mnt_ns=str(Path(f"/proc/{init}/ns/mnt").readlink()),
-            cgroups=cgroups,
-            engine_ports=engine_ports,
-        )
+        info = _info(root, init, unshare.pid, port, cgroups, engine_ports, fresh_host=fresh_host)
         (root / "sandbox.json").write_text(json.dumps(asdict(info), indent=2))
         if not fresh_host:
             _check_daemon(info)
@@ -232,13 +216,51 @@ def up(
         sock.close()
 
 
+def _info(
+    root: Path,
+    init: int,
+    unshare_pid: int,
+    port: int,
+    cgroups: list[str],
+    engine_ports: dict[str, int],
+    *,
+    fresh_host: bool,
+) -> SandboxInfo:
+    """What a booted sandbox is (its PID 1 as this namespace sees it, its daemon, its namespaces)."""
+    return SandboxInfo(
+        name=root.name,
+        dir=str(root),
+        pid=init,
+        unshare_pid=unshare_pid,
+        port=port,
+        url=f"http://127.0.0.1:{port}",
+        token_file=f"/proc/{init}/root/etc/k25-ctl/token" if fresh_host else str(root / "etc/token"),
+        config="/etc/k25-ctl/k25-ctl.toml" if fresh_host else str(root / "etc/k25-ctl.toml"),
+        pid_ns=str(Path(f"/proc/{init}/ns/pid").readlink()),
+        mnt_ns=str(Path(f"/proc/{init}/ns/mnt").readlink()),
+        cgroups=cgroups,
+        engine_ports=engine_ports,
+    )
+
+
 def _unshare(script: Path, log_path: Path) -> subprocess.Popen[bytes]:
     """The sandbox's systemd in its own PID, mount, UTS and IPC namespaces (DESIGN.md: the sandbox)."""
-    argv = ["unshare", "--pid", "--fork", "--mount", "--uts", "--ipc", "--mount-proc", "--propagation",
-            "private", str(script)]  # fmt: skip
+    argv = [
+        "unshare",
+        "--pid",
+        "--fork",
+        "--mount",
+        "--uts",
+        "--ipc",
+        "--mount-proc",
+        "--propagation",
+        "private",
+        str(script),
+    ]
     with log_path.open("wb") as log:
-        return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
-                                start_new_session=True)  # fmt: skip
+        return subprocess.Popen(
+            argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
+        )
 
 
 def _check_daemon(info: SandboxInfo) -> None:

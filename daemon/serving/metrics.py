@@ -13,13 +13,22 @@ from daemon.engines.base import Engine, MetricsSnapshot, UsageDelta
 from daemon.store.models import ServingMetric
 from daemon.store.serving import weighted
 
-ZERO = MetricsSnapshot(prompt_tokens=0.0, generation_tokens=0.0, requests=0.0, spec_drafts=0.0,
-                       spec_draft_tokens=0.0, spec_accepted=0.0)  # fmt: skip
+ZERO = MetricsSnapshot(
+    prompt_tokens=0.0,
+    generation_tokens=0.0,
+    requests=0.0,
+    spec_drafts=0.0,
+    spec_draft_tokens=0.0,
+    spec_accepted=0.0,
+)
 
 
 def went_back(before: MetricsSnapshot, after: MetricsSnapshot) -> bool:
-    pairs = ((before.generation_tokens, after.generation_tokens), (before.prompt_tokens, after.prompt_tokens),
-             (before.requests, after.requests))  # fmt: skip
+    pairs = (
+        (before.generation_tokens, after.generation_tokens),
+        (before.prompt_tokens, after.prompt_tokens),
+        (before.requests, after.requests),
+    )
     return any(b is not None and a is not None and a < b for b, a in pairs)
 
 
@@ -46,7 +55,9 @@ class MetricsWindow:
         """Fold one scrape in; returns the finished row when the period is over (the scrape then starts
         the next period)."""
         if not self.segments:
-            self.started_wall, self.started_mono, self.last_mono = wall, mono, mono
+            self.started_wall = wall
+            self.started_mono = mono
+            self.last_mono = mono
             self.segments = [_Segment(snap, snap)]
             return None
         if went_back(self.segments[-1].last, snap):
@@ -57,7 +68,9 @@ class MetricsWindow:
         if mono - self.started_mono < self.period_s:
             return None
         row = self.row()
-        self.started_wall, self.started_mono, self.segments = wall, mono, [_Segment(snap, snap)]
+        self.started_wall = wall
+        self.started_mono = mono
+        self.segments = [_Segment(snap, snap)]
         return row
 
     def row(self) -> ServingMetric | None:

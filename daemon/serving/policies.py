@@ -61,7 +61,10 @@ class Incidents:
 
 class Policies:
     def __init__(self, settings: Settings, hub: StateHub, incidents: Incidents, switcher: Switching) -> None:
-        self.settings, self.hub, self.incidents, self.switcher = settings, hub, incidents, switcher
+        self.settings = settings
+        self.hub = hub
+        self.incidents = incidents
+        self.switcher = switcher
         self.restarts: dict[str, deque[float]] = {}
         self._task: asyncio.Task[None] | None = None
         self._acting: set[asyncio.Task[None]] = set()
@@ -112,12 +115,24 @@ class Policies:
             return
         backoff = self.settings.restart_backoff_s * 2 ** len(recent)
         recent.append(now)
-        log.warning("run %s: %s %s: restarting it in %.0fs (restart %d of %d this hour)",
-                    parent, why, name, backoff, len(recent), limit)  # fmt: skip
+        log.warning(
+            "run %s: %s %s: restarting it in %.0fs (restart %d of %d this hour)",
+            parent,
+            why,
+            name,
+            backoff,
+            len(recent),
+            limit,
+        )
         await asyncio.sleep(backoff)  # the backoff itself: no event to wait for
         if self.hub.status.state not in (HostState.FAILED, HostState.UNHEALTHY):
-            log.info("run %s: %s of %s: the host is %s by now; no restart", parent, why, name,
-                     self.hub.status.state)  # fmt: skip
+            log.info(
+                "run %s: %s of %s: the host is %s by now; no restart",
+                parent,
+                why,
+                name,
+                self.hub.status.state,
+            )
             return
         await self.switcher.activate(name, force=True, parent=parent)
 

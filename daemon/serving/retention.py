@@ -22,5 +22,8 @@ async def retention(store: ServingStore, settings: Settings) -> None:
     )
     pruned = await asyncio.to_thread(store.prune_runs, before=now - timedelta(days=s.runs_retention_days))
     if any(done) or pruned:
-        log.info("retention: %d minute rows compacted to hours, %d hour rows and %d old runs deleted",
-                 *done, pruned)  # fmt: skip
+        log.info(
+            "retention: %d minute rows compacted to hours, %d hour rows and %d old runs deleted",
+            *done,
+            pruned,
+        )

@@ -51,11 +51,17 @@ class ServingWatch:
         incidents: Incidents,
         parking: ParkedUnits,
     ) -> None:
-        self.settings, self.systemd, self.journal, self.engines = settings, systemd, journal, engines
-        self.recorder, self.profiles = recorder, profiles
+        self.settings = settings
+        self.systemd = systemd
+        self.journal = journal
+        self.engines = engines
+        self.recorder = recorder
+        self.profiles = profiles
         self.hub = recorder.hub
         self.store = store
-        self.jobs, self.incidents, self.parking = jobs, incidents, parking
+        self.jobs = jobs
+        self.incidents = incidents
+        self.parking = parking
         self.serving: Serving | None = None
         self._followers: dict[str, asyncio.Task[None]] = {}
         self.unit_states: dict[str, UnitState] = {}  # the newest state of each followed unit
@@ -218,8 +224,10 @@ class ServingWatch:
             return
         if self.parking.of_unit(unit) is not None:
             if st.is_down:  # a parked engine died (or was stopped by hand): recorded, no longer parked
-                how = (f"{unit} went {st.active_state} while parked "
-                       f"(result {st.result}, status {st.exec_main_status})")  # fmt: skip
+                how = (
+                    f"{unit} went {st.active_state} while parked "
+                    f"(result {st.result}, status {st.exec_main_status})"
+                )
                 await self.parking.lost(unit, how)
                 lp = self._profile_of(unit)
                 if lp is not None:
@@ -244,8 +252,13 @@ class ServingWatch:
         # Its engine may still be loading (a unit is active when its process starts): the host becomes active
         # when the engine answers health; an activate or an experiment of this profile meanwhile waits for it.
         ext = await self._external(lp, f"{what}: followed; active once its engine answers health")
-        self.recorder.settle(HostAfter(HostState.IDLE, None, f"{lp.profile.name}: started outside k25-ctl, "
-                                       "loading; active once its engine answers health"))  # fmt: skip
+        self.recorder.settle(
+            HostAfter(
+                HostState.IDLE,
+                None,
+                f"{lp.profile.name}: started outside k25-ctl, loading; active once its engine answers health",
+            )
+        )
         await self.begin(lp, parent=ext, managed=False, loading=True)
 
     async def _external(self, lp: LoadedProfile, detail: str, outcome: Outcome = Outcome.OK) -> int:

@@ -34,8 +34,13 @@ class K25Collector:
         restart_budget: Callable[[], dict[str, int]],
         bench_throughput: Callable[[], dict[str, float]],
     ) -> None:
-        self.hub, self.store, self.sampler, self.serving, self.cost = hub, store, sampler, serving, cost
-        self.restart_budget, self.bench_throughput = restart_budget, bench_throughput
+        self.hub = hub
+        self.store = store
+        self.sampler = sampler
+        self.serving = serving
+        self.cost = cost
+        self.restart_budget = restart_budget
+        self.bench_throughput = bench_throughput
 
     def collect(self) -> Iterator[Metric]:
         st = self.hub.status
@@ -80,19 +85,25 @@ class K25Collector:
         if summary.teardown_ok is not None:
             clean.add_metric([], 1.0 if summary.teardown_ok else 0.0)
         yield clean
-        bench = GaugeMetricFamily("k25_benchmark_output_throughput", "newest benchmark's output tok/s (first "
-                                  "level)", labels=["profile"])  # fmt: skip
+        bench = GaugeMetricFamily(
+            "k25_benchmark_output_throughput",
+            "newest benchmark's output tok/s (first level)",
+            labels=["profile"],
+        )
         for profile, tps in sorted(self.bench_throughput().items()):
             bench.add_metric([profile], tps)
         yield bench
         yield from self._serving()
+        yield from self._gpus()
+
+    def _gpus(self) -> Iterator[Metric]:
+        """From the shared sample: a scrape never reads NVML itself."""
         used = GaugeMetricFamily("k25_gpu_memory_used_mib", "GPU memory in use", labels=["gpu"])
         total = GaugeMetricFamily("k25_gpu_memory_total_mib", "GPU memory", labels=["gpu"])
-        gpus = self.sampler.gpus  # the shared sample: a scrape never reads NVML itself
         readable = GaugeMetricFamily("k25_gpu_readable", "1 when the GPUs could be read (NVML)")
         readable.add_metric([], 0.0 if self.sampler.gpu_error else 1.0)
         yield readable
-        for gpu in gpus:
+        for gpu in self.sampler.gpus:
             used.add_metric([str(gpu.index)], float(gpu.memory_used_mib))
             total.add_metric([str(gpu.index)], float(gpu.memory_total_mib))
         yield used
@@ -133,28 +144,37 @@ class K25Collector:
 
     def _alerting(self, st: HostStatus) -> Iterator[Metric]:
         """What the alert rules need beyond the state: a switch's age, warnings, the restart budget."""
-        elapsed = GaugeMetricFamily("k25_switch_elapsed_seconds", "how long the switch in progress has run",
-                                    labels=["profile"])  # fmt: skip
+        elapsed = GaugeMetricFamily(
+            "k25_switch_elapsed_seconds", "how long the switch in progress has run", labels=["profile"]
+        )
         if st.state is HostState.SWITCHING and st.target_profile:
             elapsed.add_metric([st.target_profile], max(0.0, time.time() - st.since))
         yield elapsed
         warnings = GaugeMetricFamily("k25_status_warnings", "warnings /status shows (whatever the state)")
         warnings.add_metric([], float(len(st.warnings)))
         yield warnings
-        moved = GaugeMetricFamily("k25_database_moved_aside", "1 when the runs database was unreadable at "
-                                  "start and moved aside (history starts anew)")  # fmt: skip
+        moved = GaugeMetricFamily(
+            "k25_database_moved_aside",
+            "1 when the runs database was unreadable at start and moved aside (history starts anew)",
+        )
         moved.add_metric([], 1.0 if self.store.recovered else 0.0)
         yield moved
-        budget = GaugeMetricFamily("k25_restart_budget_remaining", "automatic restarts a profile may still "
-                                   "take this hour (restart_limit_per_hour)", labels=["profile"])  # fmt: skip
+        budget = GaugeMetricFamily(
+            "k25_restart_budget_remaining",
+            "automatic restarts a profile may still take this hour (restart_limit_per_hour)",
+            labels=["profile"],
+        )
         for profile, left in sorted(self.restart_budget().items()):
             budget.add_metric([profile], float(left))
         yield budget
 
     def _loads(self, summary: MetricsSummary) -> Iterator[Metric]:
         """Each profile's last good load in disjoint pieces (weights, compile, graphs...), as on the page."""
-        pieces = GaugeMetricFamily("k25_load_stage_seconds", "the profile's last good load, piece by piece",
-                                   labels=["profile", "stage"])  # fmt: skip
+        pieces = GaugeMetricFamily(
+            "k25_load_stage_seconds",
+            "the profile's last good load, piece by piece",
+            labels=["profile", "stage"],
+        )
         for profile, stages in sorted(summary.load_stages.items()):
             for stage, seconds in segments(stages, summary.load_seconds.get(profile)):
                 pieces.add_metric([profile, stage], seconds)
@@ -162,10 +182,12 @@ class K25Collector:
 
     def _parked(self) -> Iterator[Metric]:
         parked = GaugeMetricFamily("k25_parked", "1 for each parked (sleeping) profile", labels=["profile"])
-        ram = GaugeMetricFamily("k25_parked_host_ram_bytes", "host RAM a parked profile's weights hold",
-                                labels=["profile"])  # fmt: skip
-        gpu = GaugeMetricFamily("k25_parked_gpu_memory_mib", "GPU memory a parked profile still holds",
-                                labels=["profile", "gpu"])  # fmt: skip
+        ram = GaugeMetricFamily(
+            "k25_parked_host_ram_bytes", "host RAM a parked profile's weights hold", labels=["profile"]
+        )
+        gpu = GaugeMetricFamily(
+            "k25_parked_gpu_memory_mib", "GPU memory a parked profile still holds", labels=["profile", "gpu"]
+        )
         for p in self.hub.status.parked:
             parked.add_metric([p.profile], 1.0)
             ram.add_metric([p.profile], float(p.host_ram_bytes))

@@ -33,8 +33,11 @@ class HostSampler:
         strays_every_s: float,
         maintenance: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
-        self.view, self.teardown, self.managed_units = gpus, teardown, managed_units
-        self.gpu_every_s, self.strays_every_s = gpu_every_s, strays_every_s
+        self.view = gpus
+        self.teardown = teardown
+        self.managed_units = managed_units
+        self.gpu_every_s = gpu_every_s
+        self.strays_every_s = strays_every_s
         self.hub = hub
         self.gpus: list[GpuInfo] = []
         self.gpu_error: str | None = None
@@ -46,9 +49,11 @@ class HostSampler:
 
     async def sample_gpus(self) -> None:
         try:
-            self.gpus, self.gpu_error = await asyncio.to_thread(self.view.gpus), None
+            self.gpus = await asyncio.to_thread(self.view.gpus)
+            self.gpu_error = None
         except GpuUnavailable as e:
-            self.gpus, self.gpu_error = [], str(e)
+            self.gpus = []
+            self.gpu_error = str(e)
         self.gpus_at = time.time()
 
     async def sample_strays(self) -> None:
@@ -57,8 +62,12 @@ class HostSampler:
         self.strays = [v for v in plan.victims if v.foreign]
         for v in self.strays:
             if v.pid not in known:  # each stray once, when it first shows
-                log.warning("stray engine process pid %d (%s): %s; not killed",
-                            v.pid, v.title[:80], "; ".join(v.reasons))  # fmt: skip
+                log.warning(
+                    "stray engine process pid %d (%s): %s; not killed",
+                    v.pid,
+                    v.title[:80],
+                    "; ".join(v.reasons),
+                )
 
     async def start(self) -> None:
         await self.sample_gpus()

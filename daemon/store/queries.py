@@ -246,9 +246,13 @@ class Store:
             if self._summary is None:
                 self._summary = self._summarize()
             s = self._summary
-            return replace(s, counts=dict(s.counts), load_seconds=dict(s.load_seconds),
-                           switch_seconds=dict(s.switch_seconds),
-                           load_stages=dict(s.load_stages))  # fmt: skip
+            return replace(
+                s,
+                counts=dict(s.counts),
+                load_seconds=dict(s.load_seconds),
+                switch_seconds=dict(s.switch_seconds),
+                load_stages=dict(s.load_stages),
+            )
 
     def forget_summary(self) -> None:
         """Runs changed in bulk (interrupted at start, pruned): the next scrape aggregates again."""

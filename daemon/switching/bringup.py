@@ -93,13 +93,11 @@ class _Run:
         prober: EnginePort,
         events: BringUpEvents,
     ) -> None:
-        self.profile, self.engine, self.systemd, self.prober, self.events = (
-            profile,
-            engine,
-            systemd,
-            prober,
-            events,
-        )
+        self.profile = profile
+        self.engine = engine
+        self.systemd = systemd
+        self.prober = prober
+        self.events = events
         self.seen = BringUp()
         self.http_up = asyncio.Event()
         self.logged_up = asyncio.Event()  # the journal has reached the engine's "HTTP up" line

@@ -20,7 +20,9 @@ from daemon.teardown.execute import Teardown
 class SwitchFailed(K25Error):
     def __init__(self, reason: str, excerpt: str = "", needs_reset: bool = False) -> None:
         super().__init__(reason)
-        self.reason, self.excerpt, self.needs_reset = reason, excerpt, needs_reset
+        self.reason = reason
+        self.excerpt = excerpt
+        self.needs_reset = needs_reset
 
 
 @dataclass(frozen=True)

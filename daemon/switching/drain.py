@@ -71,8 +71,9 @@ async def drain(profile: Profile, prober: EnginePort, events: DrainEvents, times
     while _load(last) > 0 and time.monotonic() < deadline:
         if (now := (last.running, last.waiting)) != shown:
             shown = now
-            await events.phase(Phase.DRAINING, f"draining: {_count(last.running)} running, "
-                                                f"{_count(last.waiting)} waiting")  # fmt: skip
+            await events.phase(
+                Phase.DRAINING, f"draining: {_count(last.running)} running, {_count(last.waiting)} waiting"
+            )
         await asyncio.sleep(times.poll_s)
         last = await _read(profile, prober)
     finished = _count(last.requests) - _count(first.requests) if last.requests is not None else 0

@@ -11,7 +11,8 @@ class RunEvents:
     """A switch's steps (bring-up's and the drain's), recorded as events of its run."""
 
     def __init__(self, recorder: RunRecorder, run_id: int) -> None:
-        self.recorder, self.run_id = recorder, run_id
+        self.recorder = recorder
+        self.run_id = run_id
         self.stages: dict[str, float] = {}  # the engine's load stages, and a warm before the start
 
     async def phase(self, phase: Phase, detail: str, *, load_seconds: float | None = None) -> None:

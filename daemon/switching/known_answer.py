@@ -46,7 +46,9 @@ class KnownAnswers:
         default_profile: str,
         profiles: Callable[[], ProfileSet],
     ) -> None:
-        self.store, self.prober, self.default_profile = store, prober, default_profile
+        self.store = store
+        self.prober = prober
+        self.default_profile = default_profile
         self._profiles = profiles
         self._rows: dict[AnswerKey, KnownAnswerRow] = {}
 

@@ -30,9 +30,12 @@ class MaintenanceTeardown:
         units: Callable[[], tuple[str, ...]],
         spared: Callable[[], Awaitable[tuple[Parked, ...]]],
     ) -> None:
-        self.teardown, self.recorder, self.jobs = teardown, recorder, jobs
+        self.teardown = teardown
+        self.recorder = recorder
+        self.jobs = jobs
         self.hub: StateHub = recorder.hub
-        self._units, self._spared = units, spared
+        self._units = units
+        self._spared = spared
 
     async def plan(self) -> TeardownPlan:
         """The dry run: what a teardown would signal and remove now."""

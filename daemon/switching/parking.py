@@ -65,14 +65,16 @@ class Parking:
         max_parked: int,
         stop_timeout_s: float,
     ) -> None:
-        self.host, self.recorder, self.store, self.jobs = host, recorder, store, jobs
+        self.host = host
+        self.recorder = recorder
+        self.store = store
+        self.jobs = jobs
         self.answers = answers  # every wake is proven by the answer recorded after the cold start
-        self._weight_bytes, self._mem_available = weight_bytes, mem_available
-        self.ram_reserve_bytes, self.max_parked, self.stop_timeout_s = (
-            ram_reserve_bytes,
-            max_parked,
-            stop_timeout_s,
-        )
+        self._weight_bytes = weight_bytes
+        self._mem_available = mem_available
+        self.ram_reserve_bytes = ram_reserve_bytes
+        self.max_parked = max_parked
+        self.stop_timeout_s = stop_timeout_s
         self._parked: dict[str, _Entry] = {}
 
     # -- what is parked --------------------------------------------------------------------------------
@@ -162,8 +164,10 @@ class Parking:
             if why := guards.ram_problem(ram, available, self.ram_reserve_bytes):
                 raise NotParked(why)
         if busy := await in_flight(p, self.host.prober):
-            raise NotParked(f"{busy} request(s) still in flight: a sleep with requests in flight crashes "
-                            "workers (vllm-project/vllm#28714)")  # fmt: skip
+            raise NotParked(
+                f"{busy} request(s) still in flight: a sleep with requests in flight crashes "
+                "workers (vllm-project/vllm#28714)"
+            )
         return ram
 
     async def _fits(self, target: Profile, held: dict[int, int]) -> None:
@@ -328,8 +332,12 @@ class Parking:
         """The engine stops, its host RAM and GPU memory freed."""
         self.jobs.say(run_id, f"unpark run {run_id}: stopping parked {name}")
         info = self.get(name)
-        freed = (f"{info.host_ram_bytes / GIB:.1f} GiB of host RAM and {sum(info.gpu_mib.values())} MiB "
-                 "of GPU memory" if info else "")  # fmt: skip
+        freed = (
+            f"{info.host_ram_bytes / GIB:.1f} GiB of host RAM and {sum(info.gpu_mib.values())} MiB "
+            "of GPU memory"
+            if info
+            else ""
+        )
         try:
             stopped = await self.release(run_id, name, "unpark requested")
         except K25Error as e:

@@ -71,8 +71,12 @@ async def reconcile(
         await serving.begin(profiles.valid[chosen], parent=None, adopt_run=keep[0] if keep else None)
     else:  # what to do next (resume, restore) is the switcher's: see Switcher.after_restart
         recorder.settle(HostAfter(HostState.IDLE))
-    log.info("reconciled: active units %s, adopted %s, parked %s", active or "none", chosen or "none",
-             ", ".join(sorted(parked)) or "none")  # fmt: skip
+    log.info(
+        "reconciled: active units %s, adopted %s, parked %s",
+        active or "none",
+        chosen or "none",
+        ", ".join(sorted(parked)) or "none",
+    )
     return Reconciled(resume, restore)
 
 
@@ -100,8 +104,13 @@ async def _stop_variants(profiles: ProfileSet, systemd: SystemdPort, within_s: f
         except K25Error as e:
             log.error("%s: a sweep's variant left running, not stopped: %s", unit, e)
             continue
-        log.warning("stopped %s (job %s, %s): a sweep's variant left running when the daemon stopped "
-                    "during the sweep", unit, outcome.job_result, outcome.state.active_state)  # fmt: skip
+        log.warning(
+            "stopped %s (job %s, %s): a sweep's variant left running when the daemon stopped "
+            "during the sweep",
+            unit,
+            outcome.job_result,
+            outcome.state.active_state,
+        )
         stopped.append(unit)
     return stopped
 
@@ -120,8 +129,12 @@ async def _experiment_cut(
     at = serving or (last.profile if last is not None else None)
     if at is None and variants:
         at = left.variants.get(variants[0], variants[0])
-    log.warning("run %d: an experiment cut short by the restart (at %s): restoring %s", left.run_id,
-                at or "nothing", left.restore_to)  # fmt: skip
+    log.warning(
+        "run %d: an experiment cut short by the restart (at %s): restoring %s",
+        left.run_id,
+        at or "nothing",
+        left.restore_to,
+    )
     return CutShort(
         left.run_id, RunKind.EXPERIMENT, at or left.restore_to, left.restore_to, Phase.INTERRUPTED
     )

@@ -50,14 +50,17 @@ class Switcher:
         answers: KnownAnswers,
         warm: WarmHook | None = None,
     ) -> None:
-        self._read_profiles, self.host, self.store, self.recorder = profiles, host, store, recorder
+        self._read_profiles = profiles
+        self.host = host
+        self.store = store
+        self.recorder = recorder
         self.hub = recorder.hub
-        self.default_profile, self.stop_timeout_s, self._write_launch = (
-            default_profile,
-            stop_timeout_s,
-            write_launch,
-        )
-        self.serving, self.jobs, self.drain_times = serving, jobs, drain
+        self.default_profile = default_profile
+        self.stop_timeout_s = stop_timeout_s
+        self._write_launch = write_launch
+        self.serving = serving
+        self.jobs = jobs
+        self.drain_times = drain
         self.warm = warm  # reads a profile's weights into the page cache while the old engine stops
         self.parking = parking
         self.answers = answers  # recorded after each cold start; asked again after a wake
@@ -164,8 +167,12 @@ class Switcher:
             reason = f"the daemon stopped during {what} and no known-good profile is left: activate one"
             self.recorder.settle(HostAfter(HostState.DEGRADED, None, reason))
             return
-        log.warning("run %d was cut short in %s with nothing running: restoring %s",
-                    cut.run_id, cut.phase, target.profile.name)  # fmt: skip
+        log.warning(
+            "run %d was cut short in %s with nothing running: restoring %s",
+            cut.run_id,
+            cut.phase,
+            target.profile.name,
+        )
         await self.activate(
             target.profile.name,
             force=True,

@@ -256,13 +256,17 @@ class Teardown:
         orphan_grace_s: float | None = None,
         self_pid: int | None = None,
     ) -> None:
-        self.procs, self.gpus, self.shm, self.control, self.policy = procs, gpus, shm, control, policy
-        self.term_grace_s, self.kill_grace_s, self.orphan_grace_s = term_grace_s, kill_grace_s, orphan_grace_s
-        self.verify_timeout_s, self.verify_samples, self.slack_mib = (
-            verify_timeout_s,
-            verify_samples,
-            slack_mib,
-        )
+        self.procs = procs
+        self.gpus = gpus
+        self.shm = shm
+        self.control = control
+        self.policy = policy
+        self.term_grace_s = term_grace_s
+        self.kill_grace_s = kill_grace_s
+        self.orphan_grace_s = orphan_grace_s
+        self.verify_timeout_s = verify_timeout_s
+        self.verify_samples = verify_samples
+        self.slack_mib = slack_mib
         self.self_pid = self_pid or os.getpid()
         self.idle_mib: dict[int, int] = {}  # lowest memory seen on each GPU with no process on it
 

@@ -33,8 +33,12 @@ class WarmService:
         every_s: float,
         always_below: float,
     ) -> None:
-        self.warmer, self.recorder, self.jobs, self.profiles = warmer, recorder, jobs, profiles
-        self.every_s, self.always_below = every_s, always_below
+        self.warmer = warmer
+        self.recorder = recorder
+        self.jobs = jobs
+        self.profiles = profiles
+        self.every_s = every_s
+        self.always_below = always_below
         self._loop: asyncio.Task[None] | None = None
 
     def residency(self) -> dict[str, Residency]:

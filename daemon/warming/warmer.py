@@ -77,8 +77,11 @@ class Warmer:
         workers: int,
         block: int,
     ) -> None:
-        self.cache, self.mem_available = cache, mem_available
-        self.reserve, self.workers, self.block = reserve, workers, block
+        self.cache = cache
+        self.mem_available = mem_available
+        self.reserve = reserve
+        self.workers = workers
+        self.block = block
         self.latest: dict[str, Residency] = {}  # profile -> its newest scan
 
     def scan(self, profile: Profile) -> Residency:
@@ -90,8 +93,14 @@ class Warmer:
         began = time.monotonic()
         files = [self.cache.residency(f) for f in self.cache.files(roots(profile))]
         missing = tuple(r for r in roots(profile) if not Path(r).exists())
-        res = Residency(len(files), sum(f.size for f in files), sum(f.resident for f in files), time.time(),
-                        time.monotonic() - began, missing)  # fmt: skip
+        res = Residency(
+            len(files),
+            sum(f.size for f in files),
+            sum(f.resident for f in files),
+            time.time(),
+            time.monotonic() - began,
+            missing,
+        )
         self.latest[profile.name] = res
         return res, files
 
@@ -126,10 +135,16 @@ class Warmer:
         def read_all() -> int:
             with concurrent.futures.ThreadPoolExecutor(self.workers, thread_name_prefix="k25-warm") as pool:
                 jobs = [
-                    pool.submit(self.cache.read_into_cache, Path(f.path), block=self.block, idle_io=idle_io,
-                                progress=report, stop=stop)
+                    pool.submit(
+                        self.cache.read_into_cache,
+                        Path(f.path),
+                        block=self.block,
+                        idle_io=idle_io,
+                        progress=report,
+                        stop=stop,
+                    )
                     for f in chosen
-                ]  # fmt: skip
+                ]
                 return sum(j.result() for j in jobs)
 
         began = time.monotonic()

@@ -56,13 +56,15 @@ COMMON = (400, 401, 413, 422, 503)
 
 
 def reads(tag: str, prefix: str = "") -> APIRouter:
-    return APIRouter(prefix=prefix, tags=[tag], dependencies=[Depends(read_access)],
-                     responses=errors(*COMMON, 404))  # fmt: skip
+    return APIRouter(
+        prefix=prefix, tags=[tag], dependencies=[Depends(read_access)], responses=errors(*COMMON, 404)
+    )
 
 
 def writes(tag: str, prefix: str = "") -> APIRouter:
-    return APIRouter(prefix=prefix, tags=[tag], dependencies=[Depends(write_access)],
-                     responses=errors(*COMMON, 404, 409))  # fmt: skip
+    return APIRouter(
+        prefix=prefix, tags=[tag], dependencies=[Depends(write_access)], responses=errors(*COMMON, 404, 409)
+    )
 
 
 Ctl = Annotated[Controller, Depends(controller)]
