@@ -128,7 +128,7 @@ fingerprint() {
 fetch_packages() {
   WORK=$(mktemp -d /tmp/k25-install.XXXXXX)
   mkdir "$WORK/src"
-  cp -r "$SRC/daemon" "$SRC/migrations" "$SRC/pyproject.toml" "$SRC/README.md" "$WORK/src/"
+  cp -r "$SRC/daemon" "$SRC/migrations" "$SRC/units" "$SRC/pyproject.toml" "$SRC/README.md" "$WORK/src/"
   say "fetching k25-ctl's packages (pip wheel; the package index must answer)"
   if ! { "$py" -m venv "$WORK/pip" && "$WORK/pip/bin/python" -m pip wheel -q --disable-pip-version-check \
     -w "$WORK/wheels" "$WORK/src"; } >"$WORK/pip.log" 2>&1; then

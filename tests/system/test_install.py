@@ -280,9 +280,9 @@ def _checkout(dst: Path, *parts: str) -> Path:
 def _older_install(h: Host, tmp: Path) -> None:
     """k25-ctl 0.0.9 as its own install.sh laid it out (tests/fixtures/k25-ctl-0.0.9)."""
     src = _checkout(tmp / "k25-ctl-0.0.9", "daemon", "migrations", "profiles", "README.md")
-    (src / "pyproject.toml").write_text(
-        re.sub(r'^version = ".*"$', 'version = "0.0.9"', (REPO / "pyproject.toml").read_text(), flags=re.M)
-    )
+    # 0.0.9's pyproject: its version, and no unit files in the wheel (its install.sh copies none to build it)
+    text = re.sub(r'^version = ".*"$', 'version = "0.0.9"', (REPO / "pyproject.toml").read_text(), flags=re.M)
+    (src / "pyproject.toml").write_text(re.sub(r'^"share/k25-ctl/units" = .*\n', "", text, flags=re.M))
     shutil.copytree(OLD / "units", src / "units")
     shutil.copy(OLD / "install.sh", src / "install.sh")
     h.install(script=src / "install.sh")
