@@ -13,6 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 
+from daemon.core.errors import StoreError
 from daemon.core.profiles import LoadedProfile, ProfileSet
 from daemon.core.run_types import Phase
 from daemon.engines import engine_for
@@ -83,7 +84,12 @@ class KnownAnswers:
             return
         await events.stage(STAGE, time.monotonic() - began)
         stored = [a.as_json() for a in answers]
-        row, before = await asyncio.to_thread(self.store.save, self.key(lp), run_id, stored)
+        try:
+            row, before = await asyncio.to_thread(self.store.save, self.key(lp), run_id, stored)
+        except StoreError as e:  # a full disk must not fail the switch: a later wake then starts cold
+            log.warning("run %d: the known answer of %s is not stored: %s", run_id, lp.profile.name, e)
+            await events.phase(Phase.PROBING, f"known answer not stored ({e}): a park of it will not wake")
+            return
         self._rows[row.key] = row
         detail = f"known answer recorded: {shorten(answers[0].text)}"
         if before is not None and (why := _differs(answers, _decode(before), "now", "before")):
@@ -116,7 +122,10 @@ class KnownAnswers:
     async def check(self, run_id: int, lp: LoadedProfile, events: RunEvents) -> str | None:
         """After a wake: None when the engine gives the recorded answer (a second try where the first
         differs), else what differed. No record: the wake cannot be proven, which is a failure too."""
-        row = await asyncio.to_thread(self.store.get, self.key(lp))
+        try:
+            row = await asyncio.to_thread(self.store.get, self.key(lp))
+        except StoreError as e:
+            return f"the known answer cannot be read ({e}): the wake cannot be proven"
         if row is None:
             return "no known answer was recorded for this profile's file and argv: the wake cannot be proven"
         recorded, began, why = _decode(row), time.monotonic(), ""
