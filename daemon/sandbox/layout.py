@@ -175,8 +175,24 @@ def fake_engine_profile(
         flags = list(park_flags if park_flags is not None else ENGINES[flavor].park_flag_reasons)
         command += flags + (["--wake-gbps", str(wake_gbps)] if wake_gbps else [])
     command += engine_args
-    lines = [
-        f'description = "{name} (fake {flavor} engine in the sandbox)"',
+    lines = profile_head(
+        f"{name} (fake {flavor} engine in the sandbox)", flavor, model, port, probe_timeout_s
+    )
+    if unit:
+        lines.append(f'unit = "{unit}"')
+    if park is not None:
+        lines.append(f'park = "{park}"')
+    lines += [f"{key} = {value}" for key, value in (settings or {}).items()]  # values as TOML text
+    lines.append(f"command = {json.dumps(command)}")
+    if spec:
+        lines += speculative_table(models, int(spec["k"]))
+    return "\n".join(lines) + "\n"
+
+
+def profile_head(description: str, flavor: str, model: Path, port: int, probe_timeout_s: float) -> list[str]:
+    """The first keys of a sandbox profile file: the fake engines serve Kimi-K2.5 on 8 GPUs."""
+    return [
+        f'description = "{description}"',
         f'engine = "{flavor}"',
         f'model = "{model}"',
         'served_model_name = "kimi-k2.5"',
@@ -185,16 +201,18 @@ def fake_engine_profile(
         "load_timeout_s = 120",
         f"probe_timeout_s = {probe_timeout_s}",
     ]
-    if unit:
-        lines.append(f'unit = "{unit}"')
-    if park is not None:
-        lines.append(f'park = "{park}"')
-    lines += [f"{key} = {value}" for key, value in (settings or {}).items()]  # values as TOML text
-    lines.append(f"command = {json.dumps(command)}")
-    if spec:
-        lines += ["", "[speculative]", 'method = "eagle3"', f'draft_model = "{models / "Kimi-K2.5-EAGLE3"}"']
-        lines.append(f"num_speculative_tokens = {int(spec['k'])}")
-    return "\n".join(lines) + "\n"
+
+
+def speculative_table(models: Path, k: int) -> list[str]:
+    """An EAGLE-3 drafter (from the models folder) proposing k tokens."""
+    draft = models / "Kimi-K2.5-EAGLE3"
+    return [
+        "",
+        "[speculative]",
+        'method = "eagle3"',
+        f'draft_model = "{draft}"',
+        f"num_speculative_tokens = {k}",
+    ]
 
 
 WEIGHT_FILES = 4

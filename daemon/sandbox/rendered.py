@@ -12,6 +12,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from daemon.sandbox.layout import profile_head, speculative_table
+
 FAKE_ARGS_ENV = "K25_FAKE_ENGINE_ARGS"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -56,22 +58,13 @@ def rendered_profile(
     spec_k: int | None = None,
 ) -> str:
     """A profile file for the real engine's rendered argv, the fake engine answering it."""
-    lines = [
-        f'description = "{name} (rendered for {flavor}; the fake engine answers)"',
-        f'engine = "{flavor}"',
-        f'model = "{model}"',
-        'served_model_name = "kimi-k2.5"',
-        f"port = {port}",
-        "tensor_parallel_size = 8",
-        "load_timeout_s = 120",
-        "probe_timeout_s = 10",
-    ]
+    lines = profile_head(
+        f"{name} (rendered for {flavor}; the fake engine answers)", flavor, model, port, 10.0
+    )
     if park is not None:
         lines.append(f'park = "{park}"')
     if spec_k is not None:
-        draft = model.parent / "Kimi-K2.5-EAGLE3"
-        lines += ["", "[speculative]", 'method = "eagle3"', f'draft_model = "{draft}"']
-        lines.append(f"num_speculative_tokens = {spec_k}")
+        lines += speculative_table(model.parent, spec_k)
     env = {"PATH": f"{shims}:{SYSTEM_PATH}", FAKE_ARGS_ENV: shlex.join(fake_args)}
     lines += ["", "[environment]", *(f"{k} = {json.dumps(v)}" for k, v in env.items())]
     return "\n".join(lines) + "\n"
