@@ -13,6 +13,14 @@ if TYPE_CHECKING:
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 CHROMIUM = "/usr/bin/chromium"
+TIERS = ("system", "gpu", "web", "realengine")  # a tier's folder marks its tests (`pytest -m system`)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        parts = Path(str(item.fspath)).relative_to(ROOT).parts
+        if len(parts) > 1 and parts[0] == "tests" and parts[1] in TIERS:
+            item.add_marker(getattr(pytest.mark, parts[1]))
 
 
 @pytest.fixture

@@ -77,10 +77,19 @@ class Api:
             base_url=info.url, timeout=120, headers={"Authorization": f"Bearer {info.token}"}
         )
 
-    def activate(self, name: str, *, wait: bool = True, force: bool = False) -> Any:
+    def activate(
+        self, name: str, *, wait: bool = True, force: bool = False, expect: str | None = "active"
+    ) -> Any:
+        """Activate `name`. With `wait`, the ended run (or "already active"), whose outcome must be `expect`
+        (None: any): a precondition that did not hold fails here, with the run's error, not later."""
         r = self.client.post(f"/profiles/{name}/activate", params={"wait": wait, "force": force})
         assert r.status_code in (200, 202), r.text
-        return r.json()
+        answer = r.json()
+        if wait and expect is not None and answer.get("detail") != "already active":
+            assert answer.get("outcome") == expect, (
+                f"activate {name}: {answer.get('outcome')}, not {expect}: {answer}"
+            )
+        return answer
 
     def run(self, run_id: int) -> Any:
         return self.client.get(f"/runs/{run_id}").json()

@@ -1,4 +1,4 @@
-"""What the benchmark, experiment and comparison routes call: the Benchmarks service and the stored
+"""What the benchmark, experiment and comparison routes call: the Experiments service and the stored
 results, turned into schemas."""
 
 from __future__ import annotations
@@ -26,10 +26,10 @@ from daemon.api.bench_schemas import (
 from daemon.api.schemas import AcceptedOut
 from daemon.benchmark.compare import compare, finished, predicted_below
 from daemon.benchmark.experiment_request import ExperimentRequest
-from daemon.benchmark.experiments import Benchmarks
+from daemon.benchmark.experiments import Experiments
 from daemon.benchmark.schedules import Schedule, Schedules
 from daemon.benchmark.spec import BenchmarkSpec
-from daemon.benchmark.sweep_result import parse_metric
+from daemon.benchmark.sweep.ranking import parse_metric
 from daemon.core.errors import NotFound
 from daemon.core.jsontypes import VllmSummary
 from daemon.core.run_types import RunKind
@@ -41,7 +41,7 @@ COMPARE_WINDOW = 500  # newest benchmarks compare reads
 
 
 class BenchController:
-    def __init__(self, benchmarks: Benchmarks, schedules: Schedules, answers: KnownAnswers) -> None:
+    def __init__(self, benchmarks: Experiments, schedules: Schedules, answers: KnownAnswers) -> None:
         self.svc = benchmarks
         self.schedules = schedules
         self.answers = answers

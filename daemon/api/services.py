@@ -14,10 +14,10 @@ from dataclasses import dataclass, field
 from daemon.api.benchmark_controller import BenchController
 from daemon.api.controller import Controller
 from daemon.benchmark.client import new_client
-from daemon.benchmark.experiments import Benchmarks
+from daemon.benchmark.experiments import Experiments
 from daemon.benchmark.runner import BenchmarkRunner, HttpFactory
 from daemon.benchmark.schedules import Schedules
-from daemon.benchmark.sweeps import Sweeps
+from daemon.benchmark.sweep.service import Sweeps
 from daemon.core.command import k25_command
 from daemon.core.errors import K25Error
 from daemon.core.hoststate import StateHub
@@ -327,7 +327,7 @@ def _benchmarks(
     inventory: Inventory,
     switcher: Switcher,
     warms: WarmService,
-) -> Benchmarks:
+) -> Experiments:
     bench_store = BenchStore(recorder.store)
     runner = BenchmarkRunner(
         recorder=recorder, bench_store=bench_store, http=host.bench_http, hardware=_hardware(host.gpus)
@@ -341,7 +341,7 @@ def _benchmarks(
         check_paths=s.check_model_paths,
         service_port=s.service_port,
     )
-    return Benchmarks(
+    return Experiments(
         runner=runner,
         jobs=jobs,
         recorder=recorder,

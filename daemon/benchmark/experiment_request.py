@@ -12,8 +12,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
 from daemon.benchmark.spec import BenchmarkSpec
-from daemon.benchmark.sweep import Scalar
-from daemon.benchmark.sweep_result import METRIC_PATTERN
+from daemon.benchmark.sweep.ranking import METRIC_PATTERN
+from daemon.benchmark.sweep.variants import Scalar
 
 # One axis of a sweep: its values, each once.
 Axis = Annotated[list[Scalar], Field(min_length=1, json_schema_extra={"uniqueItems": True})]

@@ -13,9 +13,9 @@ from dataclasses import asdict, dataclass, field
 from daemon.benchmark.experiment_request import ExperimentRequest
 from daemon.benchmark.runner import BenchmarkRunner, Target
 from daemon.benchmark.spec import BenchmarkSpec
-from daemon.benchmark.sweep import Sweep
-from daemon.benchmark.sweep_result import parse_metric
-from daemon.benchmark.sweeps import Plan, Sweeps
+from daemon.benchmark.sweep.ranking import parse_metric
+from daemon.benchmark.sweep.service import Plan, Sweeps
+from daemon.benchmark.sweep.variants import Sweep
 from daemon.core.errors import InvalidInput, K25Error, NotFound, Refused
 from daemon.core.hoststate import HostState
 from daemon.core.jsontypes import StoredJson
@@ -84,7 +84,7 @@ class Started:
     sweep: StoredJson | None
 
 
-class Benchmarks:
+class Experiments:
     def __init__(
         self,
         *,

@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from daemon.benchmark.experiment_request import ExperimentRequest
-from daemon.benchmark.experiments import Benchmarks
+from daemon.benchmark.experiments import Experiments
 from daemon.core.errors import InvalidInput, K25Error, NotFound, UnitNotFound
 from daemon.core.hoststate import HostState
 from daemon.core.run_types import NewRun, Outcome, RunKind
@@ -51,7 +51,7 @@ class Schedules:
         timers: TimerPort,
         folder: Path,
         command: list[str],
-        benchmarks: Benchmarks,
+        benchmarks: Experiments,
         recorder: RunRecorder,
         jobs: Jobs,
         running_now: Callable[[], float | None],

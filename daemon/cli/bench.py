@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from daemon.benchmark.sweep import parse_vary
+from daemon.benchmark.sweep.variants import parse_vary
 from daemon.cli import sweep
 from daemon.cli.client import ApiJson, Client
 from daemon.cli.exit_codes import EXIT_FAILED, EXIT_OK

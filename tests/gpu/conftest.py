@@ -18,12 +18,6 @@ from daemon.host.gpu import GpuUnavailable, NvmlGpus
 HOLDER = Path(__file__).with_name("holder.py")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/gpu/" in str(item.fspath):
-            item.add_marker(pytest.mark.gpu)
-
-
 @pytest.fixture(scope="session")
 def nvml() -> NvmlGpus:
     gpus = NvmlGpus()

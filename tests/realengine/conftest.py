@@ -19,12 +19,6 @@ CACHE = Path(os.environ.get("K25_REALENGINE_DIR", "/var/cache/k25-ctl/realengine
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        if "tests/realengine/" in str(item.fspath):
-            item.add_marker(pytest.mark.realengine)
-
-
 def real_profile(name: str, *, port: int, model: str, extra: tuple[str, ...] = (), kv_gib: int = 1) -> str:
     """An ordinary profile whose command is the real server (vLLM's CLI from the cached venv)."""
     command = [str(CACHE / "venv/bin/python"), str(CACHE / "vllm_launcher.py"), "serve", model, "--host",

@@ -20,8 +20,7 @@ def _journal(sandbox: SandboxInfo, *args: str) -> list[str]:
 
 def test_the_daemon_journal_tells_a_switch_with_its_rollback(api: Api, sandbox: SandboxInfo) -> None:
     api.activate("baseline")
-    run = api.activate("crashy")
-    assert run["outcome"] == "failed"
+    run = api.activate("crashy", expect="failed")
     rb = next(r for r in api.client.get("/runs", params={"limit": 5}).json() if r["parent_id"] == run["id"])
     api.wait_until(lambda: api.status()["state"] == "active", what="rollback")
     inside(sandbox, "journalctl", "--sync")

@@ -60,8 +60,7 @@ def test_busy_and_noop(api: Api) -> None:
 
 def test_crash_while_loading_rolls_back(api: Api) -> None:
     api.activate("baseline")
-    run = api.activate("crashy")
-    assert run["outcome"] == "failed"
+    run = api.activate("crashy", expect="failed")
     assert "CUDA out of memory" in run["error"]
     assert "exited during loading" in run["error"]
     assert "rollback" in _phases(run)
@@ -77,8 +76,7 @@ def test_crash_while_loading_rolls_back(api: Api) -> None:
 
 def test_deadlock_after_ready_is_not_ready(api: Api) -> None:
     api.activate("baseline")
-    run = api.activate("deadlocked")
-    assert run["outcome"] == "failed"
+    run = api.activate("deadlocked", expect="failed")
     assert "probe_timeout_s=3" in run["error"]
     assert "probing" in _phases(run)
     assert api.status()["active_profile"] == "baseline"
@@ -104,8 +102,7 @@ def test_rollback_target_broken_means_degraded(api: Api, sandbox: SandboxInfo) -
         assert api.activate("fragile")["outcome"] == "active"
         fragile.write_text(good.replace('"--rate"', '"--fault", "crash-loading", "--rate"'))
         before = {r["id"] for r in api.client.get("/runs", params={"limit": 100}).json()}
-        run = api.activate("crashy")
-        assert run["outcome"] == "failed"
+        api.activate("crashy", expect="failed")
         status = api.status()
         assert status["state"] == "degraded"
         assert "rollback to fragile failed" in status["reason"]

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from daemon.benchmark.compare import Measured, predicted_lengths
-from daemon.benchmark.sweep import Scalar, derive, parse_vary
-from daemon.benchmark.sweep_result import parse_metric, sweep_result
+from daemon.benchmark.sweep.ranking import parse_metric, sweep_result
+from daemon.benchmark.sweep.variants import Scalar, derive, parse_vary
 from daemon.core.errors import InvalidInput
 from daemon.core.profiles import LoadedProfile
 from daemon.engines.checks import parse_checked_profile

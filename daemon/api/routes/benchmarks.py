@@ -21,7 +21,7 @@ from daemon.api.routes.common import ACCEPTED, Ctl, Limit, RunId, located, reads
 from daemon.api.schemas import AcceptedOut
 from daemon.benchmark.experiment_request import ExperimentRequest, PlanRequest
 from daemon.benchmark.spec import BenchmarkSpec
-from daemon.benchmark.sweep_result import METRIC_PATTERN
+from daemon.benchmark.sweep.ranking import METRIC_PATTERN
 from daemon.core.jsontypes import VllmSummary
 
 read = reads("benchmarks")

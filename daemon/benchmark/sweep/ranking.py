@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from daemon.benchmark.compare import Measured, cv, judge, mean, per_position, predicted_fewer
-from daemon.benchmark.sweep import value_text
+from daemon.benchmark.sweep.variants import value_text
 from daemon.core.errors import InvalidInput
 from daemon.core.jsontypes import StoredJson, VllmSummary
 

@@ -17,8 +17,8 @@ from typing import Protocol
 import tomlkit
 
 from daemon.benchmark.compare import finished
-from daemon.benchmark.sweep import Scalar, Sweep, derive
-from daemon.benchmark.sweep_result import Metric, SweepResult, sweep_result
+from daemon.benchmark.sweep.ranking import Metric, SweepResult, sweep_result
+from daemon.benchmark.sweep.variants import Scalar, Sweep, derive
 from daemon.core.errors import Busy, InvalidInput, NotFound
 from daemon.core.jsontypes import StoredJson
 from daemon.core.profiles import NAME_RE, LoadedProfile, ProfileSet
