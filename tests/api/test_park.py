@@ -3,8 +3,11 @@ them, the state /status and /profiles show, a refused sleep that falls back to a
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.api.conftest import PROFILE, Env, running_env
 
@@ -123,3 +126,25 @@ async def test_a_wake_that_answers_garbage_is_stopped_and_started_cold(tmp_path:
         # The cold start's own answer (garbage here: the fake still garbles) is what is recorded now.
         shown = (await env.client.get("/profiles/baseline")).json()["known_answer"]
         assert shown["run_id"] == back["id"]
+
+
+async def test_a_profile_that_answers_otherwise_from_the_first_token_is_warned_about(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Greedy speculative decoding is lossless: a profile of the same model that answers differently from
+    token 0 has the wrong target model or a broken drafter. Information, not a gate: it still serves."""
+    async with running_env(tmp_path, park_ram_reserve_bytes=0) as env:
+        await _activate(env, "baseline")
+        env.prober.garbled.add("alpha")
+        with caplog.at_level(logging.WARNING, logger="k25.answers"):
+            run = await _activate(env, "alpha")
+        warned = [r.getMessage() for r in caplog.records if "from token 0" in r.getMessage()]
+        assert warned, caplog.text
+        said = f"run {run['id']}: alpha answers differently from baseline from token 0: wrong target model or"
+        assert warned[0].startswith(said)
+        shown = (await env.client.get("/profiles/alpha")).json()["known_answer"]["agreement"]
+        assert (shown["equal"], shown["from_first_token"]) == (False, True)
+        assert (
+            shown["text"]
+            == "vs baseline: completion: differs from token 0 of 4; chat: differs from token 0 of 4"
+        )
