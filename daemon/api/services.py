@@ -180,13 +180,14 @@ async def build(settings: Settings, host: HostPorts) -> Services:
     )
     answers = KnownAnswers(
         store=KnownAnswerStore(store),
+        recorder=recorder,
         prober=host.prober,
         default_profile=s.default_profile,
         profiles=inventory.current,
     )
     parking = _parking(b, answers, warmer)
     serving_store = ServingStore(store)
-    watch = _watch(b, serving_store, incidents, parking)
+    watch = _watch(b, serving_store, incidents, parking, answers)
     sampler = HostSampler(
         host.gpus,
         host.teardown,
@@ -238,7 +239,9 @@ def _parking(b: _Basics, answers: KnownAnswers, warmer: Warmer) -> Parking:
     )
 
 
-def _watch(b: _Basics, store: ServingStore, incidents: Incidents, parking: Parking) -> ServingWatch:
+def _watch(
+    b: _Basics, store: ServingStore, incidents: Incidents, parking: Parking, answers: KnownAnswers
+) -> ServingWatch:
     return ServingWatch(
         settings=b.s,
         store=store,
@@ -250,6 +253,7 @@ def _watch(b: _Basics, store: ServingStore, incidents: Incidents, parking: Parki
         jobs=b.jobs,
         incidents=incidents,
         parking=parking,
+        answers=answers,
     )
 
 

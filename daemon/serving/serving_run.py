@@ -65,6 +65,13 @@ class Serving:
         return not self.settled.is_set()
 
 
+class AnswerRecorder(Protocol):
+    """The known answer's side of the watch: an engine started outside k25-ctl that turns out healthy had a
+    cold start too, and its answer is what a later wake of it must give."""
+
+    async def record_adopted(self, run_id: int, lp: LoadedProfile) -> None: ...
+
+
 class ParkedUnits(Protocol):
     """Parking's side of the watch: which units sleep on purpose, and news that one went down."""
 

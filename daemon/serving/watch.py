@@ -29,7 +29,7 @@ from daemon.runs.jobs import Jobs
 from daemon.runs.recorder import HostAfter, RunRecorder
 from daemon.serving.metrics import MetricsWindow
 from daemon.serving.policies import Incident, Incidents
-from daemon.serving.serving_run import ParkedUnits, Sample, Serving, ServingNow
+from daemon.serving.serving_run import AnswerRecorder, ParkedUnits, Sample, Serving, ServingNow
 from daemon.store.models import ServingMetric
 from daemon.store.serving import ServingStore
 
@@ -50,6 +50,7 @@ class ServingWatch:
         jobs: Jobs,
         incidents: Incidents,
         parking: ParkedUnits,
+        answers: AnswerRecorder,
     ) -> None:
         self.settings = settings
         self.systemd = systemd
@@ -59,6 +60,7 @@ class ServingWatch:
         self.profiles = profiles
         self.hub = recorder.hub
         self.store = store
+        self.answers = answers
         self.jobs = jobs
         self.incidents = incidents
         self.parking = parking
@@ -347,6 +349,8 @@ class ServingWatch:
             else f"has not answered health within load_timeout_s {p.load_timeout_s:g}s"
         )
         log.info("run %d: %s (started outside k25-ctl) %s: active", serving.run_id, p.name, why)
+        if healthy:
+            await self.answers.record_adopted(serving.run_id, serving.lp)
         await self.recorder.event(serving.run_id, Phase.SERVING, f"{why}: active")
         self.recorder.settle(HostAfter(HostState.ACTIVE, p.name))
         serving.settled.set()

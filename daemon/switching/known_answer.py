@@ -19,6 +19,7 @@ from daemon.core.run_types import Phase
 from daemon.engines import engine_for
 from daemon.engines.answers import REQUESTS, Agreement, Answer, agreement, first_difference, shorten
 from daemon.engines.client import EnginePort, ProbeFailed
+from daemon.runs.recorder import RunRecorder
 from daemon.store.known_answers import AnswerKey, KnownAnswerRow, KnownAnswerStore, argv_sha256
 from daemon.switching.events import RunEvents
 
@@ -43,11 +44,13 @@ class KnownAnswers:
         self,
         *,
         store: KnownAnswerStore,
+        recorder: RunRecorder,
         prober: EnginePort,
         default_profile: str,
         profiles: Callable[[], ProfileSet],
     ) -> None:
         self.store = store
+        self.recorder = recorder  # an adopted engine's answer goes on its run's events
         self.prober = prober
         self.default_profile = default_profile
         self._profiles = profiles
@@ -101,6 +104,10 @@ class KnownAnswers:
             detail += f"; not what run {before.run_id} recorded: {why}"
         await events.phase(Phase.PROBING, detail)
         await self._compare_with_default(run_id, lp, answers)
+
+    async def record_adopted(self, run_id: int, lp: LoadedProfile) -> None:
+        """An engine started outside k25-ctl answers health: record its answer as after any cold start."""
+        await self.record(run_id, lp, RunEvents(self.recorder, run_id))
 
     async def _compare_with_default(
         self, run_id: int, lp: LoadedProfile, answers: tuple[Answer, ...]

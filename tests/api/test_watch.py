@@ -180,3 +180,17 @@ async def test_a_profile_added_without_a_reload_is_followed_once_a_switch_starts
     assert (serving["outcome"], serving["phase"]) == ("crashed", "crashed"), serving
     assert "exited on its own (failed, result signal" in serving["error"]
     await _until(env, lambda s: s["state"] == "active" and s["active_profile"] == "baseline", "rolled back")
+
+
+async def test_an_engine_started_outside_k25_ctl_has_its_answer_recorded_once_healthy(env: Env) -> None:
+    """Started by hand (or by `sandbox up --activate`): a cold start all the same, so a later park of it can
+    be proven by its wake's answer (it could not be before: the wake then always started cold)."""
+    env.systemd._set(BETA, "active", "running")  # systemctl start
+    st = await _until(
+        env, lambda s: s["state"] == "active" and s["active_profile"] == "beta", "the external engine active"
+    )
+    known = (await env.client.get("/profiles/beta")).json()["known_answer"]
+    assert known is not None
+    assert known["run_id"] == st["serving_run_id"]
+    events = (await env.client.get(f"/runs/{known['run_id']}")).json()["events"]
+    assert any(e["detail"].startswith("known answer recorded: ") for e in events), events
