@@ -3,15 +3,12 @@
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
 
 import pytest
 
 from daemon.cli.main import main
+from tests.json_daemon import json_daemon
 
 AGREEMENT = {
     "profile": "vllm-eagle3", "other": "baseline", "equal": False, "from_first_token": False,
@@ -31,24 +28,8 @@ PROFILES = [
 
 @pytest.fixture
 def daemon() -> Iterator[str]:
-    answers: dict[str, Any] = {"/compare": COMPARE, "/profiles": PROFILES}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = json.dumps(answers[self.path.split("?")[0]]).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with json_daemon({"/compare": lambda: COMPARE, "/profiles": lambda: PROFILES}) as url:
+        yield url
 
 
 def test_compare_and_profiles_show_the_known_answers(daemon: str, capsys: pytest.CaptureFixture[str]) -> None:

@@ -3,16 +3,14 @@ cancelled or interrupted exits 3; one that ended well exits 0. A one-route daemo
 
 from __future__ import annotations
 
-import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from daemon.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from daemon.cli.main import main
 from daemon.core.run_types import Outcome
+from tests.json_daemon import json_daemon
 
 RUN = {"id": 5, "kind": "serving", "profile": "baseline", "from_profile": None, "events": [], "error": None}
 
@@ -20,24 +18,8 @@ RUN = {"id": 5, "kind": "serving", "profile": "baseline", "from_profile": None, 
 @pytest.fixture
 def daemon() -> Iterator[tuple[str, dict[str, str]]]:
     answer = {"outcome": "ok"}
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            body = json.dumps(RUN | answer).encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *_: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    yield f"http://127.0.0.1:{server.server_address[1]}", answer
-    server.shutdown()
+    with json_daemon({"/runs/5": lambda: RUN | answer}) as url:
+        yield url, answer
 
 
 @pytest.mark.parametrize("outcome", list(Outcome))
