@@ -14,6 +14,7 @@ from typing import Any
 
 from daemon.cli.client import ApiError, ApiJson, Client, daemon_url, read_token
 from daemon.cli.exit_codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from daemon.core.hoststate import age_text
 from daemon.core.run_types import UNSUCCESSFUL
 from daemon.core.settings import Settings, config_file, installed, load_settings
 
@@ -200,19 +201,14 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _age(at: str | None) -> str | None:
-    if not at:
-        return None
-    seconds = max(0.0, time.time() - datetime.fromisoformat(at).timestamp())
-    return f"{seconds:.1f}s" if seconds < 60 else f"{seconds / 60:.0f}m"
+    return age_text(max(0.0, time.time() - datetime.fromisoformat(at).timestamp())) if at else None
 
 
 def describe_known_answer(known: ApiJson) -> str:
     """A profile's known answer in one line: what it said, when, and how it agrees with the default's."""
     first = known["answers"][0]["text"].strip() if known["answers"] else ""
     said = first if len(first) <= 40 else first[:39] + "…"
-    age = known["age_s"]
-    ago = f"{age / 3600:.1f}h" if age >= 3600 else f"{age / 60:.0f}m" if age >= 60 else f"{age:.0f}s"
-    line = f"known answer {said!r} (run {known['run_id']}, {ago} ago)"
+    line = f"known answer {said!r} (run {known['run_id']}, {age_text(known['age_s'])} ago)"
     if agreed := known.get("agreement"):
         line += f"; {agreed['text']}"
     return line

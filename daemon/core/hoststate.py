@@ -199,7 +199,8 @@ class StateHub:
                 self._run_subscribers.pop(run_id, None)
 
 
-def _age(seconds: float) -> str:
+def age_text(seconds: float) -> str:
+    """How long ago, as status lines say it: 42s, 3m, 1.5h."""
     if seconds < 90:
         return f"{seconds:.0f}s"
     if seconds < 5400:
@@ -219,7 +220,7 @@ def describe(st: HostStatus, now: float | None = None) -> str:
 
 def _state_line(st: HostStatus, now: float) -> str:
     if st.state is HostState.ACTIVE:
-        line = f"active: {st.active_profile} (ready {_age(now - st.since)})"
+        line = f"active: {st.active_profile} (ready {age_text(now - st.since)})"
         return line + (f"; CONFLICT: {', '.join(st.conflicts)} also running" if st.conflicts else "")
     if st.state is HostState.SWITCHING:
         line = f"switching to {st.target_profile}: {st.phase or 'starting'}"
