@@ -63,7 +63,7 @@ def _cmd_check_profiles(args: argparse.Namespace) -> int:
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
-    from daemon.api.serve import serve
+    from daemon.startup.serve import serve
 
     return serve()
 

@@ -14,14 +14,14 @@ from typing import Protocol
 from daemon.core.errors import K25Error
 from daemon.core.profiles import Profile
 from daemon.core.run_types import Phase
-from daemon.engines.base import Engine, LogEvent, LogKind, Readiness, ignore_patterns
+from daemon.engines.base import Engine, LogEvent, LogKind, ignore_patterns
 from daemon.engines.client import EnginePort, ProbeFailed, ProbeProgress
 from daemon.engines.load_stages import LoadStages
+from daemon.engines.probing import probe_generation
 from daemon.host.journal import JournalPort, JournalRecord
 from daemon.host.systemd import SystemdPort, UnitState
 
 HEALTH_RETRY_S = 1.0  # health is asked again this often where no log line announces HTTP (custom engines)
-WARMING_RETRY_S = 0.25  # SGLang answers 503 while it warms up: ask again this often until probe_timeout_s
 ERRORS_KEPT = 20
 # Health can pass before the journal has delivered the lines printed before it (stage durations, the
 # "server started" line): after the probe, wait this long at most for that line, so no stage is lost.
@@ -167,25 +167,6 @@ class _Run:
         if self.engine.ready_res:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.logged_up.wait(), JOURNAL_CATCHUP_S)
-
-
-async def probe_generation(
-    profile: Profile, engine: Engine, prober: EnginePort, progress: ProbeProgress, events: BringUpEvents
-) -> None:
-    while True:
-        progress.health = await prober.health(profile, engine)
-        state = engine.readiness(progress.health)
-        if state is Readiness.HEALTHY:
-            break
-        if state is Readiness.DEAD:
-            raise ProbeFailed(
-                f"the engine reports itself dead on {profile.base_url} (HTTP {progress.health})"
-            )
-        await asyncio.sleep(WARMING_RETRY_S)
-    progress.health_passed = True
-    await events.phase(Phase.PROBING, f"health passed (HTTP {progress.health}); probing a generation")
-    chunks = await prober.generate(profile, engine, progress)
-    await events.phase(Phase.PROBING, f"probe generation finished ({chunks} chunk(s))")
 
 
 async def _first(

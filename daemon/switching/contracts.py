@@ -1,5 +1,5 @@
 """What a switch drives (the engine units, their journals, the teardown, the engines' HTTP) and whom it
-tells (the serving watch, the warm before a start), and how it fails."""
+tells (the serving watch, the unit follower, the warm before a start), and how it fails."""
 
 from __future__ import annotations
 
@@ -44,6 +44,11 @@ class ServingHooks(Protocol):
     async def end(self, outcome: Outcome, detail: str, *, host: HostAfter | None = None) -> int | None: ...
     def current(self) -> LoadedProfile | None: ...
     async def settled(self, name: str) -> None: ...
+
+
+class UnitFollowing(Protocol):
+    """The unit follower: every profile a switch can start has its unit followed (a crash is a crash)."""
+
     def follow_units(self) -> None: ...
 
 

@@ -12,15 +12,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
 
-from daemon.core.errors import K25Error
 from daemon.core.hoststate import HostState
 from daemon.core.profiles import LoadedProfile, Profile
 from daemon.core.run_types import Outcome, Phase
-from daemon.engines import engine_for
-from daemon.engines.base import MetricsSnapshot
 from daemon.engines.client import EnginePort
+from daemon.engines.probing import count, in_flight, load, metrics
+from daemon.runs.events import RunEvents
 from daemon.runs.recorder import HostAfter, RunRecorder
-from daemon.switching.events import RunEvents
 
 log = logging.getLogger("k25.drain")
 
@@ -65,41 +63,19 @@ async def drain(profile: Profile, prober: EnginePort, events: DrainEvents, times
     began = time.monotonic()
     await events.phase(Phase.DRAINING, f"out of rotation; {times.grace_s:g}s for the balancer to see it")
     await asyncio.sleep(times.grace_s)  # the balancer's check interval: a period, not a condition
-    first = await _read(profile, prober)
+    first = await metrics(profile, prober)
     last, shown = first, None
     deadline = began + times.grace_s + times.timeout_s
-    while _load(last) > 0 and time.monotonic() < deadline:
+    while load(last) > 0 and time.monotonic() < deadline:
         if (now := (last.running, last.waiting)) != shown:
             shown = now
             await events.phase(
-                Phase.DRAINING, f"draining: {_count(last.running)} running, {_count(last.waiting)} waiting"
+                Phase.DRAINING, f"draining: {count(last.running)} running, {count(last.waiting)} waiting"
             )
         await asyncio.sleep(times.poll_s)
-        last = await _read(profile, prober)
-    finished = _count(last.requests) - _count(first.requests) if last.requests is not None else 0
-    return DrainResult(time.monotonic() - began, max(0, finished), _load(last), _load(last) > 0)
-
-
-async def in_flight(profile: Profile, prober: EnginePort) -> int:
-    """Requests the engine runs or queues right now (what a stop without a drain cuts)."""
-    return _load(await _read(profile, prober))
-
-
-async def _read(profile: Profile, prober: EnginePort) -> MetricsSnapshot:
-    engine = engine_for(profile)
-    try:
-        return engine.snapshot(profile, await prober.scrape(profile, engine))
-    except K25Error as e:  # an engine that cannot say what it runs is not waited for
-        log.warning("drain of %s: metrics unreadable (%s): not waiting", profile.name, e)
-        return MetricsSnapshot()
-
-
-def _count(x: float | None) -> int:
-    return round(x or 0)
-
-
-def _load(s: MetricsSnapshot) -> int:
-    return _count(s.running) + _count(s.waiting)
+        last = await metrics(profile, prober)
+    finished = count(last.requests) - count(first.requests) if last.requests is not None else 0
+    return DrainResult(time.monotonic() - began, max(0, finished), load(last), load(last) > 0)
 
 
 async def drain_for_switch(

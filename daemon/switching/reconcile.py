@@ -15,10 +15,10 @@ from daemon.core.hoststate import HostState
 from daemon.core.profiles import VARIANT_UNITS, ProfileSet
 from daemon.core.run_types import CutShort, Phase, RunKind
 from daemon.host.systemd import SystemdPort
+from daemon.parking.service import Parking
 from daemon.runs.recorder import HostAfter, RunRecorder
 from daemon.store.queries import Store
 from daemon.switching.contracts import ServingHooks
-from daemon.switching.parking import Parking
 
 log = logging.getLogger("k25.reconcile")
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from daemon.core.profiles import LoadedProfile, ProfileSet
 
@@ -25,3 +25,16 @@ class SwitchState:
         if self.rolling_back:
             return f"run {run_id} has failed and is rolling back: the rollback cannot be cancelled"
         return None
+
+    def leave_rotation(self, serving: LoadedProfile | None, *, in_rotation: bool, drain: bool) -> None:
+        """A host that serves (`serving`: active, its engine up) leaves the balancer's rotation now (unless
+        a job already took it out); its engine drains first, or what its stop cuts is counted."""
+        if serving is None:
+            return  # nothing is served: nothing to drain, no downtime a balancer would see
+        if in_rotation:
+            self.out_at = datetime.now(UTC)
+        self.park_from = serving
+        if drain and serving.profile.drain:
+            self.drain_from = serving
+        else:
+            self.measure_cut = serving

@@ -16,17 +16,16 @@ from daemon.core.profiles import LoadedProfile, ProfileSet, WarmMode
 from daemon.core.run_types import CutShort, NewRun, Outcome, Phase, RunKind
 from daemon.engines import engine_for
 from daemon.engines.excerpt import journal_excerpt
+from daemon.parking.known_answer import KnownAnswers
+from daemon.parking.service import Parking
+from daemon.runs.events import RunEvents as _Events
 from daemon.runs.jobs import JobKind, Jobs, Slot
 from daemon.runs.recorder import HostAfter, RunRecorder
-from daemon.store.models import utcnow
 from daemon.store.queries import Store
 from daemon.switching.bringup import BringUpFailed, bring_up
 from daemon.switching.clearing import stop_and_teardown
-from daemon.switching.contracts import ServingHooks, SwitchFailed, SwitchHost, WarmHook
+from daemon.switching.contracts import ServingHooks, SwitchFailed, SwitchHost, UnitFollowing, WarmHook
 from daemon.switching.drain import DrainTimes, drain_for_switch
-from daemon.switching.events import RunEvents as _Events
-from daemon.switching.known_answer import KnownAnswers
-from daemon.switching.parking import Parking
 from daemon.switching.state import SwitchState
 
 log = logging.getLogger("k25.switch")
@@ -44,6 +43,7 @@ class Switcher:
         stop_timeout_s: float,
         write_launch: Callable[[LoadedProfile, int, list[str]], object],
         serving: ServingHooks,
+        units: UnitFollowing,
         jobs: Jobs,
         drain: DrainTimes,
         parking: Parking,
@@ -59,6 +59,7 @@ class Switcher:
         self.stop_timeout_s = stop_timeout_s
         self._write_launch = write_launch
         self.serving = serving
+        self.units = units
         self.jobs = jobs
         self.drain_times = drain
         self.warm = warm  # reads a profile's weights into the page cache while the old engine stops
@@ -97,26 +98,16 @@ class Switcher:
         with self._admit(name, parent, profiles) as (slot, txn):
             st = self.hub.status
             previous = from_profile or st.active_profile
-            self._plan_drain(txn, drain=drain and not force)
+            serving = self.serving.current() if st.state is HostState.ACTIVE else None
+            txn.leave_rotation(
+                serving, in_rotation=not self.jobs.out_of_rotation(), drain=drain and not force
+            )
             run_id = await self._new_run(kind, lp, from_profile=previous, parent=parent)
             self.recorder.begin(run_id, name)
             if txn.out_at is not None:
                 await self.recorder.out_of_rotation(run_id, txn.out_at)
             slot.start(run_id, self._transaction(run_id, lp, previous, txn))
             return run_id
-
-    def _plan_drain(self, txn: SwitchState, *, drain: bool) -> None:
-        """A host that serves (active, in the balancer's rotation) leaves it now; its engine drains first."""
-        serving = self.serving.current()
-        if self.hub.status.state is not HostState.ACTIVE or serving is None:
-            return  # nothing is served: nothing to drain, no downtime a balancer would see
-        if not self.jobs.out_of_rotation():
-            txn.out_at = utcnow()
-        txn.park_from = serving
-        if drain and serving.profile.drain:
-            txn.drain_from = serving
-        else:
-            txn.measure_cut = serving
 
     @contextlib.contextmanager
     def _admit(
@@ -184,7 +175,7 @@ class Switcher:
     async def _read(self) -> ProfileSet:
         """The profiles folder, read once per switch; every profile a switch can start is followed."""
         profiles = await self._read_profiles()
-        self.serving.follow_units()
+        self.units.follow_units()
         return profiles
 
     # -- the transaction -------------------------------------------------------------------------------

@@ -14,11 +14,11 @@ import httpx
 import pytest
 from fastapi import FastAPI
 
-from daemon.api.app import create_app
-from daemon.api.services import HostPorts
 from daemon.core.settings import Settings
 from daemon.host.gpu import NoGpus
 from daemon.sandbox.fake_http import FakeConfig, build_app
+from daemon.startup.app import create_app
+from daemon.startup.machine import HostPorts
 from tests.api.fakes import FakeJournal, FakeProber, FakeSystemd, FakeTimers, fake_teardown
 from tests.slow_callbacks import SlowCallbacks
 from tests.waiting import eventually
@@ -128,7 +128,7 @@ async def running_env(tmp_path: Path, **overrides: object) -> AsyncIterator[Env]
 async def wait_run(env: Env, run_id: int) -> Any:
     """The run once it has ended and the job that ran it is over (its last steps after the run's final
     record: the host back in rotation, the job's place given up), within a deadline."""
-    jobs = env.app.state.controller.jobs
+    jobs = env.app.state.services.jobs
 
     async def ended() -> Any:
         run = (await env.client.get(f"/runs/{run_id}")).json()

@@ -12,10 +12,10 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from daemon.api.app import create_app
-from daemon.api.services import HostPorts
 from daemon.core.errors import K25Error
 from daemon.host.gpu import GpuInfo, NoGpus
+from daemon.startup.app import create_app
+from daemon.startup.machine import HostPorts
 from tests.api.conftest import Env, make_settings, wait_run
 from tests.api.fakes import BrokenNvml, FakeJournal, FakeProber, FakeSystemd, fake_teardown
 from tests.waiting import eventually

@@ -24,7 +24,7 @@ async def _settled(env: Env) -> Any:
 
 
 def _store(env: Env) -> Store:
-    store: Store = env.app.state.controller.store
+    store: Store = env.app.state.services.store
     return store
 
 

@@ -19,7 +19,7 @@ async def test_at_makes_a_timer_that_calls_the_daemon_back(env: Env) -> None:
     out = r.json()
     assert (out["unit"], out["at"], out["max_running"]) == ("k25-experiment-1.timer", "+10min", 1)
     assert r.headers["location"] == "/schedules/1"
-    spec = env.app.state.controller.bench.schedules.timers.units["k25-experiment-1.timer"]
+    spec = env.app.state.services.host.timers.units["k25-experiment-1.timer"]
     assert (spec.on_active_s, spec.on_calendar) == (600.0, None)
     assert spec.argv[-3:] == ["schedule", "fire", "1"]
     cal = await c.post("/experiments", params={"at": "Sat 03:00"}, json=BODY, headers=env.auth)
@@ -61,4 +61,4 @@ async def test_bad_times_and_bad_requests_are_refused_before_anything(env: Env) 
     r = await c.post("/experiments", params={"at": "+1h"}, json={"profiles": ["nope"]}, headers=env.auth)
     assert r.status_code == 404
     assert (await c.get("/schedules")).json() == []
-    assert env.app.state.controller.bench.schedules.timers.units == {}
+    assert env.app.state.services.host.timers.units == {}

@@ -41,7 +41,7 @@ async def test_secrets_never_appear_in_reads(env: Env) -> None:
     argv = (await env.client.get("/profiles/alpha")).json()["argv"]
     assert argv[-2:] == ["--api-key", "***"]
     # The record itself keeps the truth (root reads the database): only reads are redacted.
-    store: Store = env.app.state.controller.store
+    store: Store = env.app.state.services.store
     view = store.get_run(run_id=run["id"])
     assert view is not None
     assert SECRET in (view.run.argv or "")
@@ -132,7 +132,7 @@ async def test_the_gate_counts_streams_and_ends_them_on_shutdown() -> None:
 
 
 async def test_a_full_database_refuses_the_switch_cleanly(env: Env, monkeypatch: pytest.MonkeyPatch) -> None:
-    store: Store = env.app.state.controller.store
+    store: Store = env.app.state.services.store
 
     def full(_: Any) -> int:
         raise StoreError("the runs database failed: OperationalError: database or disk is full")

@@ -6,7 +6,7 @@ from __future__ import annotations
 from daemon.core.profiles import Profile
 from daemon.engines import engine_for
 from daemon.host.gpu import GpuInfo
-from daemon.switching import park_guards as g
+from daemon.parking import guards as g
 
 TOTAL = 143_771
 GIB = 1024**3

@@ -17,7 +17,7 @@ from daemon.api.bench_schemas import (
     ScheduleOut,
     SweepOut,
 )
-from daemon.api.routes.common import ACCEPTED, Ctl, Limit, RunId, located, reads, writes
+from daemon.api.routes.common import ACCEPTED, BenchCtl, Limit, RunId, located, reads, writes
 from daemon.api.schemas import AcceptedOut
 from daemon.benchmark.experiment_request import ExperimentRequest, PlanRequest
 from daemon.benchmark.spec import BenchmarkSpec
@@ -31,32 +31,32 @@ write = writes("benchmarks")
 
 @write.post("/benchmarks", status_code=202, responses=ACCEPTED)
 async def start_benchmark(
-    spec: BenchmarkSpec, c: Ctl, response: Response, isolate: bool = False
+    spec: BenchmarkSpec, c: BenchCtl, response: Response, isolate: bool = False
 ) -> AcceptedOut:
     """`isolate=true`: /ready is 503 while it runs (the host leaves the balancer's rotation)."""
-    return located(await c.bench.start(spec, isolate=isolate), response, "/benchmarks")
+    return located(await c.start(spec, isolate=isolate), response, "/benchmarks")
 
 
 @read.get("/benchmarks")
-async def benchmarks(c: Ctl, profile: str | None = None, limit: Limit = 50) -> list[BenchmarkOut]:
-    return await c.bench.benchmarks(profile=profile, limit=limit)
+async def benchmarks(c: BenchCtl, profile: str | None = None, limit: Limit = 50) -> list[BenchmarkOut]:
+    return await c.benchmarks(profile=profile, limit=limit)
 
 
 @read.get("/benchmarks/{run_id}")
-async def benchmark(run_id: RunId, c: Ctl, requests: bool = False) -> BenchmarkOut:
-    return await c.bench.benchmark(run_id, requests=requests)
+async def benchmark(run_id: RunId, c: BenchCtl, requests: bool = False) -> BenchmarkOut:
+    return await c.benchmark(run_id, requests=requests)
 
 
 @read.get("/benchmarks/{run_id}/export")
-async def export_benchmark(run_id: RunId, c: Ctl) -> list[VllmSummary]:
+async def export_benchmark(run_id: RunId, c: BenchCtl) -> list[VllmSummary]:
     """The levels as `vllm bench serve --save-result` JSON objects (for existing plotting scripts)."""
-    return await c.bench.export(run_id)
+    return await c.export(run_id)
 
 
 @write.post("/experiments", status_code=202, responses=ACCEPTED)
 async def start_experiment(
     req: ExperimentRequest,
-    c: Ctl,
+    c: BenchCtl,
     response: Response,
     at: Annotated[
         str | None, Query(max_length=200, description="OnCalendar= or +10min: a systemd timer")
@@ -67,71 +67,71 @@ async def start_experiment(
 ) -> AcceptedOut | ScheduleOut:
     """Now (its run), or `at` a time of low traffic: a transient systemd timer (its schedule)."""
     if at is None:
-        return located(await c.bench.start_experiment(req), response, "/experiments")
-    out = await c.bench.schedule_experiment(req, at, max_running)
+        return located(await c.start_experiment(req), response, "/experiments")
+    out = await c.schedule_experiment(req, at, max_running)
     response.headers["Location"] = f"/schedules/{out.id}"
     return out
 
 
 @write.post("/plans")
-async def plan_experiment(req: PlanRequest, c: Ctl) -> PlanOut:
+async def plan_experiment(req: PlanRequest, c: BenchCtl) -> PlanOut:
     """A sweep's plan (`k25-ctl experiment --dry-run`): its variants in order, the switches, an estimate
     of the time from the base's recorded switch and benchmark; nothing is started (the write token, as
     the experiment it plans)."""
-    return await c.bench.plan(req)
+    return await c.plan(req)
 
 
 @read.get("/experiments/{run_id}/sweep")
 async def sweep(
     run_id: RunId,
-    c: Ctl,
+    c: BenchCtl,
     metric: Annotated[
         str | None, Query(pattern=METRIC_PATTERN, description="throughput, tpot_p50, ttft_p99, NAME@C")
     ] = None,
 ) -> SweepOut:
     """The experiment's profiles (a sweep's variants with their values) ranked by the metric, the best
     with its noise band, and the acceptance length predicted from the base's per-position rates."""
-    return await c.bench.sweep(run_id, metric)
+    return await c.sweep(run_id, metric)
 
 
 @write.post("/experiments/{run_id}/promote", status_code=201)
-async def promote(run_id: RunId, req: PromoteIn, c: Ctl) -> PromoteOut:
+async def promote(run_id: RunId, req: PromoteIn, c: BenchCtl) -> PromoteOut:
     """A variant written as a new profile file (never over an existing one): review it, then activate."""
-    return await c.bench.promote(run_id, req)
+    return await c.promote(run_id, req)
 
 
 @read.get("/schedules")
-async def schedules(c: Ctl) -> list[ScheduleOut]:
-    return await c.bench.list_schedules()
+async def schedules(c: BenchCtl) -> list[ScheduleOut]:
+    return await c.list_schedules()
 
 
 @write.delete("/schedules/{schedule_id}")
-async def cancel_schedule(schedule_id: ScheduleId, c: Ctl) -> ScheduleCancelOut:
+async def cancel_schedule(schedule_id: ScheduleId, c: BenchCtl) -> ScheduleCancelOut:
     """Its timer stopped (systemd drops a stopped transient unit) and its request removed."""
-    await c.bench.cancel_schedule(schedule_id)
+    await c.cancel_schedule(schedule_id)
     return ScheduleCancelOut(id=schedule_id)
 
 
 @write.post("/schedules/{schedule_id}/fire", status_code=202)
-async def fire_schedule(schedule_id: ScheduleId, c: Ctl) -> AcceptedOut:
+async def fire_schedule(schedule_id: ScheduleId, c: BenchCtl) -> AcceptedOut:
     """What the schedule's timer runs: the experiment's run, or a `skipped` run saying why not."""
-    return await c.bench.fire_schedule(schedule_id)
+    return await c.fire_schedule(schedule_id)
 
 
 @read.get("/experiments")
-async def experiments(c: Ctl, limit: Limit = 50) -> list[ExperimentOut]:
-    return await c.bench.experiments(limit=limit)
+async def experiments(c: BenchCtl, limit: Limit = 50) -> list[ExperimentOut]:
+    return await c.experiments(limit=limit)
 
 
 @read.get("/experiments/{run_id}")
-async def experiment(run_id: RunId, c: Ctl) -> ExperimentOut:
-    return await c.bench.experiment(run_id)
+async def experiment(run_id: RunId, c: BenchCtl) -> ExperimentOut:
+    return await c.experiment(run_id)
 
 
 @read.get("/compare")
 async def compare(
-    c: Ctl,
+    c: BenchCtl,
     baseline: Annotated[str, Query(max_length=200)] = "baseline",
     benchmark_spec: Annotated[str | None, Query(max_length=64, description="a spec hash")] = None,
 ) -> CompareOut:
-    return await c.bench.compare(baseline=baseline, spec_hash=benchmark_spec)
+    return await c.compare(baseline=baseline, spec_hash=benchmark_spec)

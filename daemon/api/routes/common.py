@@ -1,4 +1,4 @@
-"""What every route module shares: the controller dependency, read and write access, the error responses
+"""What every route module shares: the controllers as dependencies, read and write access, the error responses
 documented in OpenAPI, and the Location header of an accepted run."""
 
 from __future__ import annotations
@@ -10,15 +10,40 @@ from fastapi import Path as ApiPath
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from daemon.api import auth
-from daemon.api.controller import Controller
+from daemon.api.controllers import Controllers
+from daemon.api.controllers.bench import BenchController
+from daemon.api.controllers.profiles import ProfilesController
+from daemon.api.controllers.runs import RunsController
+from daemon.api.controllers.status import StatusController
+from daemon.api.controllers.teardown import TeardownController
 from daemon.api.schemas import AcceptedOut, ErrorOut, RunOut
 from daemon.core.jsontypes import ForeignJson
 
 
 # Dependencies are coroutines: FastAPI runs a plain `def` one in its thread pool, a hand-off per request.
-async def controller(request: Request) -> Controller:
-    c: Controller = request.app.state.controller
+def _controllers(request: Request) -> Controllers:
+    c: Controllers = request.app.state.controllers
     return c
+
+
+async def status_controller(request: Request) -> StatusController:
+    return _controllers(request).status
+
+
+async def profiles_controller(request: Request) -> ProfilesController:
+    return _controllers(request).profiles
+
+
+async def runs_controller(request: Request) -> RunsController:
+    return _controllers(request).runs
+
+
+async def teardown_controller(request: Request) -> TeardownController:
+    return _controllers(request).teardown
+
+
+async def bench_controller(request: Request) -> BenchController:
+    return _controllers(request).bench
 
 
 # Declared for OpenAPI (the security scheme); the check itself is auth.check's constant-time compare.
@@ -67,7 +92,11 @@ def writes(tag: str, prefix: str = "") -> APIRouter:
     )
 
 
-Ctl = Annotated[Controller, Depends(controller)]
+StatusCtl = Annotated[StatusController, Depends(status_controller)]
+ProfilesCtl = Annotated[ProfilesController, Depends(profiles_controller)]
+RunsCtl = Annotated[RunsController, Depends(runs_controller)]
+TeardownCtl = Annotated[TeardownController, Depends(teardown_controller)]
+BenchCtl = Annotated[BenchController, Depends(bench_controller)]
 MAX_ID = 2**63 - 1  # SQLite's INTEGER: a larger id reaches no row, and must not reach SQLite
 RunId = Annotated[int, ApiPath(ge=1, le=MAX_ID, description="a run's id")]
 Limit = Annotated[int, Query(ge=1, le=1000)]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from fastapi import Response
 
-from daemon.api.routes.common import Ctl, Responses, accepted, located, reads, writes
+from daemon.api.routes.common import ProfilesCtl, Responses, accepted, located, reads, writes
 from daemon.api.schemas import AcceptedOut, ProfileOut, ReloadOut, RunOut
 
 read = reads("profiles", "/profiles")
@@ -17,40 +17,42 @@ SWITCH: Responses = {
 
 
 @read.get("")
-async def profiles(c: Ctl) -> list[ProfileOut]:
+async def profiles(c: ProfilesCtl) -> list[ProfileOut]:
     return await c.profiles()
 
 
 @read.get("/{name}")
-async def profile(name: str, c: Ctl) -> ProfileOut:
+async def profile(name: str, c: ProfilesCtl) -> ProfileOut:
     return await c.profile(name)
 
 
 @write.post("/reload")
-async def reload(c: Ctl) -> ReloadOut:
+async def reload(c: ProfilesCtl) -> ReloadOut:
     return await c.reload()
 
 
 @write.post("/{name}/activate", status_code=202, responses=SWITCH)
 async def activate(
-    name: str, c: Ctl, response: Response, force: bool = False, wait: bool = False, drain: bool = True
+    name: str, c: ProfilesCtl, response: Response, force: bool = False, wait: bool = False, drain: bool = True
 ) -> AcceptedOut | RunOut:
     """`drain=false` (or `force`) stops the serving engine at once, cutting what it runs."""
     return accepted(await c.activate(name, force=force, wait=wait, drain=drain), response)
 
 
 @write.post("/{name}/warm", status_code=202)
-async def warm(name: str, c: Ctl, response: Response) -> AcceptedOut:
+async def warm(name: str, c: ProfilesCtl, response: Response) -> AcceptedOut:
     """Read its weight files into the page cache: a run of kind `warm`, its events carry MiB and %."""
     return located(await c.warm(name), response, "/runs")
 
 
 @write.post("/{name}/unpark")
-async def unpark(name: str, c: Ctl) -> RunOut:
+async def unpark(name: str, c: ProfilesCtl) -> RunOut:
     """Stop a parked engine (its host RAM and GPU residual freed): the ended run of kind `unpark`."""
     return await c.unpark(name)
 
 
 @restoring.post("/restore", status_code=202, responses=SWITCH)
-async def restore(c: Ctl, response: Response, wait: bool = False, drain: bool = True) -> AcceptedOut | RunOut:
+async def restore(
+    c: ProfilesCtl, response: Response, wait: bool = False, drain: bool = True
+) -> AcceptedOut | RunOut:
     return accepted(await c.restore(wait=wait, drain=drain), response)

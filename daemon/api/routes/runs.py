@@ -10,7 +10,7 @@ from fastapi import Query, Request
 from fastapi.responses import StreamingResponse
 
 from daemon.api.http import SseGate
-from daemon.api.routes.common import MAX_ID, Ctl, Limit, RunId, reads, writes
+from daemon.api.routes.common import MAX_ID, Limit, RunId, RunsCtl, reads, writes
 from daemon.api.routes.status import SSE
 from daemon.api.schemas import CancelOut, RunMetricsOut, RunOut
 from daemon.core.run_types import RunEventJson
@@ -21,7 +21,7 @@ write = writes("runs", "/runs")
 
 @read.get("")
 async def runs(
-    c: Ctl,
+    c: RunsCtl,
     profile: str | None = None,
     parent: Annotated[
         int | None, Query(ge=1, le=MAX_ID, description="only the runs linked to this one")
@@ -32,17 +32,17 @@ async def runs(
 
 
 @read.get("/{run_id}")
-async def run(run_id: RunId, c: Ctl) -> RunOut:
+async def run(run_id: RunId, c: RunsCtl) -> RunOut:
     return await c.run(run_id)
 
 
 @read.get("/{run_id}/metrics")
-async def run_metrics(run_id: RunId, c: Ctl) -> RunMetricsOut:
+async def run_metrics(run_id: RunId, c: RunsCtl) -> RunMetricsOut:
     return await c.run_metrics(run_id)
 
 
 @read.get("/{run_id}/events", response_class=StreamingResponse, responses=SSE)
-async def run_events(run_id: RunId, c: Ctl, request: Request) -> StreamingResponse:
+async def run_events(run_id: RunId, c: RunsCtl, request: Request) -> StreamingResponse:
     events = c.run_events(run_id)
     first = await anext(events)  # a wrong run id is a 404 before the stream starts
 
@@ -56,5 +56,5 @@ async def run_events(run_id: RunId, c: Ctl, request: Request) -> StreamingRespon
 
 
 @write.post("/{run_id}/cancel", status_code=202)
-async def cancel(run_id: RunId, c: Ctl) -> CancelOut:
+async def cancel(run_id: RunId, c: RunsCtl) -> CancelOut:
     return await c.cancel(run_id)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from daemon.api.routes.common import Ctl, reads, writes
+from daemon.api.routes.common import TeardownCtl, reads, writes
 from daemon.api.schemas import TeardownPlanOut, TeardownRunOut
 
 read = reads("teardown", "/teardown")
@@ -10,10 +10,10 @@ write = writes("teardown", "/teardown")
 
 
 @read.get("/plan")
-async def teardown_plan(c: Ctl) -> TeardownPlanOut:
+async def teardown_plan(c: TeardownCtl) -> TeardownPlanOut:
     return await c.teardown_plan()
 
 
 @write.post("")
-async def teardown(c: Ctl) -> TeardownRunOut:
+async def teardown(c: TeardownCtl) -> TeardownRunOut:
     return await c.run_teardown()

@@ -1,4 +1,4 @@
-"""What the benchmark, experiment and comparison routes call: the Experiments service and the stored
+"""What the benchmark, experiment, schedule and comparison routes call: the Experiments service and the stored
 results, turned into schemas."""
 
 from __future__ import annotations
@@ -33,20 +33,29 @@ from daemon.benchmark.sweep.ranking import parse_metric
 from daemon.core.errors import NotFound
 from daemon.core.jsontypes import VllmSummary
 from daemon.core.run_types import RunKind
-from daemon.store.bench import BenchmarkView, ExperimentView, unpack
+from daemon.parking.known_answer import KnownAnswers
+from daemon.store.bench import BenchmarkView, BenchStore, ExperimentView, unpack
 from daemon.store.models import Run
-from daemon.switching.known_answer import KnownAnswers
+from daemon.store.queries import Store
 
 COMPARE_WINDOW = 500  # newest benchmarks compare reads
 
 
 class BenchController:
-    def __init__(self, benchmarks: Experiments, schedules: Schedules, answers: KnownAnswers) -> None:
-        self.svc = benchmarks
+    def __init__(
+        self,
+        *,
+        experiments: Experiments,
+        schedules: Schedules,
+        answers: KnownAnswers,
+        bench_store: BenchStore,
+        store: Store,
+    ) -> None:
+        self.svc = experiments
         self.schedules = schedules
         self.answers = answers
-        self.bench_store = benchmarks.bench_store
-        self.store = benchmarks.store
+        self.bench_store = bench_store
+        self.store = store
 
     async def start(self, spec: BenchmarkSpec, *, isolate: bool = False) -> AcceptedOut:
         return AcceptedOut(run_id=await self.svc.start(spec, isolate=isolate))

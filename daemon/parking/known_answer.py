@@ -19,9 +19,9 @@ from daemon.core.run_types import Phase
 from daemon.engines import engine_for
 from daemon.engines.answers import REQUESTS, Agreement, Answer, agreement, first_difference, shorten
 from daemon.engines.client import EnginePort, ProbeFailed
+from daemon.runs.events import RunEvents
 from daemon.runs.recorder import RunRecorder
 from daemon.store.known_answers import AnswerKey, KnownAnswerRow, KnownAnswerStore, argv_sha256
-from daemon.switching.events import RunEvents
 
 log = logging.getLogger("k25.answers")
 STAGE = "known_answer"

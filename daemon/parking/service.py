@@ -19,16 +19,16 @@ from daemon.core.profiles import LoadedProfile, Profile, ProfileSet
 from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
 from daemon.engines import engine_for
 from daemon.engines.base import Engine, ParkCalls
-from daemon.engines.client import ProbeFailed, ProbeProgress
+from daemon.engines.client import EnginePort, ProbeFailed, ProbeProgress
+from daemon.engines.probing import in_flight, probe_generation
+from daemon.host.systemd import SystemdPort
+from daemon.parking import guards
+from daemon.parking.known_answer import KnownAnswers
+from daemon.runs.events import RunEvents
 from daemon.runs.jobs import JobKind, Jobs
 from daemon.runs.recorder import RunRecorder
 from daemon.store.parked import ParkedStore
-from daemon.switching import park_guards as guards
-from daemon.switching.bringup import probe_generation
-from daemon.switching.contracts import SwitchHost
-from daemon.switching.drain import in_flight
-from daemon.switching.events import RunEvents
-from daemon.switching.known_answer import KnownAnswers
+from daemon.teardown.execute import Teardown
 from daemon.teardown.plan import Parked
 
 log = logging.getLogger("k25.park")
@@ -54,7 +54,9 @@ class Parking:
     def __init__(
         self,
         *,
-        host: SwitchHost,
+        systemd: SystemdPort,
+        teardown: Teardown,
+        prober: EnginePort,
         recorder: RunRecorder,
         store: ParkedStore,
         jobs: Jobs,
@@ -65,7 +67,9 @@ class Parking:
         max_parked: int,
         stop_timeout_s: float,
     ) -> None:
-        self.host = host
+        self.systemd = systemd
+        self.teardown = teardown
+        self.prober = prober
         self.recorder = recorder
         self.store = store
         self.jobs = jobs
@@ -95,8 +99,8 @@ class Parking:
         for info in (e.info for e in self._parked.values()):
             pids = {info.main_pid}
             try:
-                cg = (await self.host.systemd.state(info.unit)).control_group
-                pids.update(await asyncio.to_thread(self.host.teardown.cgroup_pids, cg) if cg else ())
+                cg = (await self.systemd.state(info.unit)).control_group
+                pids.update(await asyncio.to_thread(self.teardown.cgroup_pids, cg) if cg else ())
             except K25Error as e:
                 log.warning(
                     "parked %s: cannot read its unit (%s): sparing its main PID only", info.profile, e
@@ -163,7 +167,7 @@ class Parking:
             available = await asyncio.to_thread(self._mem_available)
             if why := guards.ram_problem(ram, available, self.ram_reserve_bytes):
                 raise NotParked(why)
-        if busy := await in_flight(p, self.host.prober):
+        if busy := await in_flight(p, self.prober):
             raise NotParked(
                 f"{busy} request(s) still in flight: a sleep with requests in flight crashes "
                 "workers (vllm-project/vllm#28714)"
@@ -177,7 +181,7 @@ class Parking:
         fraction = engine_for(target).memory_fraction(target)
         if fraction is None:
             return
-        td = self.host.teardown
+        td = self.teardown
         try:
             gpus = await asyncio.to_thread(td.gpus.gpus, light=True)
         except K25Error as e:
@@ -189,7 +193,7 @@ class Parking:
         """The sleep and its proof. Recorded in the store before the call (with the residual it may keep),
         so that a daemon that dies meanwhile readopts an engine that sleeps as parked, not as active."""
         p = lp.profile
-        st = await self.host.systemd.state(p.unit)
+        st = await self.systemd.state(p.unit)
         bound = {g: p.park_residual_mib for g in p.gpus}
         info = ParkedInfo(p.name, p.unit, time.time(), p.park_level, st.main_pid, bound, ram, run_id)
         await asyncio.to_thread(self.store.save, info, lp.sha256)
@@ -202,19 +206,19 @@ class Parking:
 
     async def _asleep(self, p: Profile, calls: ParkCalls, main_pid: int, cgroup: str) -> dict[int, int]:
         """Sleep, confirm, and verify on the GPUs; what it still holds per GPU above idle."""
-        status = await self.host.prober.call(p, calls.sleep, timeout_s=p.load_timeout_s)
+        status = await self.prober.call(p, calls.sleep, timeout_s=p.load_timeout_s)
         if status != 200:
             raise NotParked(f"POST {calls.sleep} answered {f'HTTP {status}' if status else 'nothing'}")
         if why := await self._says_sleeping(p, calls, True):
             raise NotParked(f"{why} after the sleep")
-        members = await asyncio.to_thread(self.host.teardown.cgroup_pids, cgroup) if cgroup else []
+        members = await asyncio.to_thread(self.teardown.cgroup_pids, cgroup) if cgroup else []
         allowed = Parked(
             f"parking {p.name}", frozenset([main_pid, *members]), {g: p.park_residual_mib for g in p.gpus}
         )
-        checked = await self.host.teardown.verify_parked(tuple(p.gpus), allowed)
+        checked = await self.teardown.verify_parked(tuple(p.gpus), allowed)
         if not checked.ok:  # /sleep said 200 and the memory stayed (vllm-project/vllm#47654)
             raise NotParked(f"GPU memory still held after the sleep answered 200: {checked.message}")
-        idle = self.host.teardown.idle_mib
+        idle = self.teardown.idle_mib
         return {c.index: max(0, c.used_mib - idle.get(c.index, 0)) for c in checked.gpus}
 
     # -- the way back ------------------------------------------------------------------------------------
@@ -248,11 +252,11 @@ class Parking:
         """The wake's calls in order (each timed in its stage), the probe, the drafter's acceptance, and
         the known answer: the wake's seconds, or NotParked with what failed."""
         p, engine = lp.profile, engine_for(lp.profile)
-        before = engine.snapshot(p, await self.host.prober.scrape(p, engine)) if p.speculative else None
+        before = engine.snapshot(p, await self.prober.scrape(p, engine)) if p.speculative else None
         began, took = time.monotonic(), dict[str, float]()
         for step in calls.wake:
             t0 = time.monotonic()
-            status = await self.host.prober.call(p, step.path, body=step.body, timeout_s=p.load_timeout_s)
+            status = await self.prober.call(p, step.path, body=step.body, timeout_s=p.load_timeout_s)
             if status != 200:  # a wake can run out of GPU memory (vllm-project/vllm#13941, #34600)
                 said = f"HTTP {status}" if status else "nothing"
                 raise NotParked(f"POST {step.path} answered {said}" + (f": {step.note}" if step.note else ""))
@@ -266,14 +270,14 @@ class Parking:
         progress = ProbeProgress()
         try:
             await asyncio.wait_for(
-                probe_generation(p, engine, self.host.prober, progress, events), p.probe_timeout_s
+                probe_generation(p, engine, self.prober, progress, events), p.probe_timeout_s
             )
         except TimeoutError as e:
             raise NotParked(f"not ready within probe_timeout_s after the wake: {progress.what_hung()}") from e
         except ProbeFailed as e:
             raise NotParked(str(e)) from e
         if before is not None:
-            after = engine.snapshot(p, await self.host.prober.scrape(p, engine))
+            after = engine.snapshot(p, await self.prober.scrape(p, engine))
             length = engine.usage_delta(p, before, after).acceptance_length
             if (
                 length is None or length <= 1.0
@@ -310,7 +314,7 @@ class Parking:
         log.warning("%sstopping parked %s: %s", f"run {run_id}: " if run_id else "", name, why)
         if run_id is not None:
             await self.recorder.event(run_id, Phase.STOP, f"stopping parked {name}: {why}")
-        out = await self.host.systemd.stop(info.unit, within_s=self.stop_timeout_s)
+        out = await self.systemd.stop(info.unit, within_s=self.stop_timeout_s)
         if run_id is not None:
             await self.recorder.event(
                 run_id, Phase.STOP, f"stopped {info.unit}: job {out.job_result} in {out.seconds:.1f}s"
@@ -375,7 +379,7 @@ class Parking:
         if lp is None:
             return "its profile is gone or invalid"
         try:
-            st = await self.host.systemd.state(info.unit)
+            st = await self.systemd.state(info.unit)
         except K25Error as e:
             return f"its unit cannot be read: {e}"
         if st.is_down or st.main_pid != info.main_pid:
@@ -387,7 +391,7 @@ class Parking:
         """Whether the engine's own answer (where it has one) disagrees with `expected`: what it said."""
         if calls.sleeping is None:
             return None
-        said = await self.host.prober.read_json(p, calls.sleeping)
+        said = await self.prober.read_json(p, calls.sleeping)
         if said and said.get("is_sleeping") is expected:
             return None
         return f"GET {calls.sleeping} answered {said}"

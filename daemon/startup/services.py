@@ -8,31 +8,31 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
-from daemon.api.benchmark_controller import BenchController
-from daemon.api.controller import Controller
-from daemon.benchmark.client import new_client
+from daemon.api.controllers import Controllers
+from daemon.api.controllers.bench import BenchController
+from daemon.api.controllers.profiles import ProfilesController
+from daemon.api.controllers.runs import RunsController
+from daemon.api.controllers.status import StatusController
+from daemon.api.controllers.teardown import TeardownController
 from daemon.benchmark.experiments import Experiments
-from daemon.benchmark.runner import BenchmarkRunner, HttpFactory
+from daemon.benchmark.runner import BenchmarkRunner
 from daemon.benchmark.schedules import Schedules
 from daemon.benchmark.sweep.service import Sweeps
 from daemon.core.command import k25_command
-from daemon.core.errors import K25Error
 from daemon.core.hoststate import StateHub
 from daemon.core.settings import Settings
-from daemon.engines.client import EnginePort, Prober
-from daemon.host.gpu import GpuView
-from daemon.host.journal import JournalctlJournal, JournalPort
 from daemon.host.pagecache import PageCache, mem_available
-from daemon.host.systemd import SdbusSystemd, SystemdPort, open_system_bus
-from daemon.host.timers import NoTimers, SdbusTimers, TimerPort
+from daemon.parking.known_answer import KnownAnswers
+from daemon.parking.service import Parking
 from daemon.runs.jobs import Jobs
 from daemon.runs.recorder import RunRecorder
 from daemon.serving.policies import Incidents, Policies
 from daemon.serving.retention import retention
+from daemon.serving.units import UnitFollower
 from daemon.serving.watch import ServingWatch
+from daemon.startup.machine import HostPorts, hardware
 from daemon.status.exporter import K25Collector
 from daemon.status.inventory import Inventory
 from daemon.status.sampler import HostSampler
@@ -43,58 +43,14 @@ from daemon.store.queries import Store
 from daemon.store.serving import ServingStore
 from daemon.switching.contracts import SwitchHost
 from daemon.switching.drain import DrainTimes
-from daemon.switching.known_answer import KnownAnswers
 from daemon.switching.launch import write_launch
 from daemon.switching.maintenance import MaintenanceTeardown
-from daemon.switching.parking import Parking
 from daemon.switching.reconcile import reconcile
 from daemon.switching.transaction import Switcher
-from daemon.teardown.build import build_gpus, build_teardown
-from daemon.teardown.execute import Teardown
 from daemon.warming.service import WarmService
 from daemon.warming.warmer import Warmer
 
 log = logging.getLogger("k25.daemon")
-
-
-@dataclass
-class HostPorts:
-    """What the daemon uses of the machine; tests hand in fakes, `real_ports` builds the real ones."""
-
-    systemd: SystemdPort
-    journal: JournalPort
-    gpus: GpuView
-    teardown: Teardown
-    prober: EnginePort
-    bench_http: HttpFactory = field(default=lambda n, t: new_client(t, n))  # the benchmark's requests
-    timers: TimerPort = field(default_factory=NoTimers)  # transient systemd timers (scheduled experiments)
-
-
-def real_ports(settings: Settings) -> HostPorts:
-    gpus = build_gpus(settings)
-    bus = open_system_bus()  # one bus for the process, opened in the lifespan
-    return HostPorts(
-        systemd=SdbusSystemd(bus),
-        timers=SdbusTimers(bus),
-        journal=JournalctlJournal(settings.journal_command),
-        gpus=gpus,
-        teardown=build_teardown(settings, gpus),
-        prober=Prober(),
-    )
-
-
-def _hardware(gpus: GpuView) -> Callable[[list[int]], tuple[list[str], str | None]]:
-    """GPU names of the given indices and the driver version, for a benchmark's provenance (in a thread)."""
-
-    def read(indices: list[int]) -> tuple[list[str], str | None]:
-        try:
-            seen = {g.index: g.name for g in gpus.gpus(light=True)}
-            driver = gpus.driver_version()
-        except K25Error:
-            return [], None
-        return [seen[i] for i in indices if i in seen], driver
-
-    return read
 
 
 @dataclass(frozen=True)
@@ -105,12 +61,14 @@ class Services:
     recorder: RunRecorder
     inventory: Inventory
     watch: ServingWatch
+    units: UnitFollower
     sampler: HostSampler
     warms: WarmService
     switcher: Switcher
     answers: KnownAnswers
     policies: Policies
-    controller: Controller
+    jobs: Jobs
+    controllers: Controllers
 
     @property
     def hub(self) -> StateHub:
@@ -129,7 +87,7 @@ class Services:
             stop_timeout_s=self.settings.stop_timeout_s,
         )
         await self.switcher.after_restart(rec.resume or rec.restore, resume=rec.resume is not None)
-        self.watch.follow_units()
+        self.units.follow_units()
         self.policies.start()
         await self.sampler.start()
         self.warms.start_refresh()
@@ -142,10 +100,11 @@ class Services:
             self.hub.warnings(tuple(warnings))
 
     async def close(self) -> None:
+        await self.units.close()
         await self.watch.close()
         await self.policies.close()
         await self.warms.close()
-        await self.controller.jobs.close()
+        await self.jobs.close()
         await self.sampler.close()
         await self.recorder.close()
         log.info("stopping; engine units keep running")
@@ -187,16 +146,16 @@ async def build(settings: Settings, host: HostPorts) -> Services:
     )
     parking = _parking(b, answers, warmer)
     serving_store = ServingStore(store)
-    watch = _watch(b, serving_store, incidents, parking, answers)
-    sampler = HostSampler(
-        host.gpus,
-        host.teardown,
-        inventory.units,
-        recorder.hub,
-        gpu_every_s=s.gpu_sample_s,
-        strays_every_s=s.strays_sample_s,
-        maintenance=functools.partial(retention, serving_store, s),
+    watch = ServingWatch(
+        settings=s,
+        store=serving_store,
+        engines=host.prober,
+        recorder=recorder,
+        incidents=incidents,
+        answers=answers,
     )
+    units = _units(b, incidents, parking, watch)
+    sampler = _sampler(b, serving_store)
     warms = WarmService(
         warmer,
         recorder,
@@ -205,28 +164,20 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         every_s=s.residency_every_s,
         always_below=s.warm_always_below,
     )
-    switcher = _switcher(b, watch, warms, parking, answers)
+    switcher = _switcher(b, watch, units, warms, parking, answers)
     policies = Policies(s, recorder.hub, incidents, switcher)
-    benchmarks = _benchmarks(s, host, recorder, jobs, inventory, switcher, warms)
-    schedules = Schedules(
-        timers=host.timers,
-        folder=s.state_dir / "schedules",
-        command=k25_command(),
-        benchmarks=benchmarks,
-        recorder=recorder,
-        jobs=jobs,
-        running_now=lambda: now.running if (now := watch.now()) else None,
-    )
-    bench = BenchController(benchmarks, schedules, answers)
-    controller = _controller(b, sampler, watch, warms, switcher, parking, answers, policies, bench)
-    return Services(
-        s, host, store, recorder, inventory, watch, sampler, warms, switcher, answers, policies, controller
-    )
+    bench = _bench(b, switcher, warms, watch, answers)
+    serving = _Serving(watch, units, sampler, policies)
+    controllers = _controllers(b, serving, warms, switcher, parking, answers, bench)
+    parts = (recorder, inventory, watch, units, sampler, warms, switcher, answers, policies, jobs)
+    return Services(s, host, store, *parts, controllers)
 
 
 def _parking(b: _Basics, answers: KnownAnswers, warmer: Warmer) -> Parking:
     return Parking(
-        host=b.switch_host,
+        systemd=b.switch_host.systemd,
+        teardown=b.switch_host.teardown,
+        prober=b.switch_host.prober,
         recorder=b.recorder,
         store=ParkedStore(b.recorder.store),
         jobs=b.jobs,
@@ -239,26 +190,27 @@ def _parking(b: _Basics, answers: KnownAnswers, warmer: Warmer) -> Parking:
     )
 
 
-def _watch(
-    b: _Basics, store: ServingStore, incidents: Incidents, parking: Parking, answers: KnownAnswers
-) -> ServingWatch:
-    return ServingWatch(
+def _units(b: _Basics, incidents: Incidents, parking: Parking, watch: ServingWatch) -> UnitFollower:
+    return UnitFollower(
         settings=b.s,
-        store=store,
         systemd=b.host.systemd,
         journal=b.host.journal,
-        engines=b.host.prober,
         recorder=b.recorder,
         profiles=b.inventory.current,
         jobs=b.jobs,
         incidents=incidents,
         parking=parking,
-        answers=answers,
+        serving=watch,
     )
 
 
 def _switcher(
-    b: _Basics, watch: ServingWatch, warms: WarmService, parking: Parking, answers: KnownAnswers
+    b: _Basics,
+    watch: ServingWatch,
+    units: UnitFollower,
+    warms: WarmService,
+    parking: Parking,
+    answers: KnownAnswers,
 ) -> Switcher:
     s = b.s
     return Switcher(
@@ -270,6 +222,7 @@ def _switcher(
         stop_timeout_s=s.stop_timeout_s,
         write_launch=lambda lp, run_id, argv: write_launch(s, lp, run_id=run_id, argv=argv),
         serving=watch,
+        units=units,
         jobs=b.jobs,
         drain=DrainTimes(s.drain_grace_s, s.drain_timeout_s, s.drain_poll_s),
         warm=warms.before_start,
@@ -278,18 +231,26 @@ def _switcher(
     )
 
 
-def _controller(
+@dataclass(frozen=True)
+class _Serving:
+    """What the status controller reads of the serving engine and the host (private to `build`)."""
+
+    watch: ServingWatch
+    units: UnitFollower
+    sampler: HostSampler
+    policies: Policies
+
+
+def _controllers(
     b: _Basics,
-    sampler: HostSampler,
-    watch: ServingWatch,
+    serving: _Serving,
     warms: WarmService,
     switcher: Switcher,
     parking: Parking,
     answers: KnownAnswers,
-    policies: Policies,
     bench: BenchController,
-) -> Controller:
-    recorder = b.recorder
+) -> Controllers:
+    recorder, watch, units = b.recorder, serving.watch, serving.units
     maintenance = MaintenanceTeardown(
         teardown=b.host.teardown,
         recorder=recorder,
@@ -300,59 +261,90 @@ def _controller(
     collector = K25Collector(
         recorder.hub,
         recorder.store,
-        sampler,
+        serving.sampler,
         watch.now,
         recorder.cost,
-        restart_budget=policies.budget,
+        restart_budget=serving.policies.budget,
         bench_throughput=bench.bench_store.newest_throughput,
     )
-    return Controller(
+    runs = RunsController(store=recorder.store, hub=recorder.hub, jobs=b.jobs, watch=watch)
+    status = StatusController(
+        hub=recorder.hub,
         inventory=b.inventory,
-        sampler=sampler,
-        switcher=switcher,
-        recorder=recorder,
-        maintenance=maintenance,
-        default_profile=b.s.default_profile,
+        sampler=serving.sampler,
         watch=watch,
-        bench=bench,
+        units=units,
+        jobs=b.jobs,
+        collector=collector,
+        runs=runs,
+    )
+    profiles = ProfilesController(
+        inventory=b.inventory,
+        units=units,
+        switcher=switcher,
         jobs=b.jobs,
         warms=warms,
         parking=parking,
         answers=answers,
-        collector=collector,
+        runs=runs,
+        default_profile=b.s.default_profile,
+    )
+    return Controllers(status, profiles, runs, TeardownController(maintenance), bench)
+
+
+def _sampler(b: _Basics, serving_store: ServingStore) -> HostSampler:
+    return HostSampler(
+        b.host.gpus,
+        b.host.teardown,
+        b.inventory.units,
+        b.recorder.hub,
+        gpu_every_s=b.s.gpu_sample_s,
+        strays_every_s=b.s.strays_sample_s,
+        maintenance=functools.partial(retention, serving_store, b.s),
     )
 
 
-def _benchmarks(
-    s: Settings,
-    host: HostPorts,
-    recorder: RunRecorder,
-    jobs: Jobs,
-    inventory: Inventory,
-    switcher: Switcher,
-    warms: WarmService,
-) -> Experiments:
+def _bench(
+    b: _Basics, switcher: Switcher, warms: WarmService, watch: ServingWatch, answers: KnownAnswers
+) -> BenchController:
+    s, recorder = b.s, b.recorder
     bench_store = BenchStore(recorder.store)
     runner = BenchmarkRunner(
-        recorder=recorder, bench_store=bench_store, http=host.bench_http, hardware=_hardware(host.gpus)
+        recorder=recorder, bench_store=bench_store, http=b.host.bench_http, hardware=hardware(b.host.gpus)
     )
     sweeps = Sweeps(
         bench_store=bench_store,
-        profiles=inventory.reload_profiles,
-        variants=inventory,
+        profiles=b.inventory.reload_profiles,
+        variants=b.inventory,
         profiles_path=s.profiles_path,
         max_variants=s.max_variants,
         check_paths=s.check_model_paths,
         service_port=s.service_port,
     )
-    return Experiments(
+    experiments = Experiments(
         runner=runner,
-        jobs=jobs,
+        jobs=b.jobs,
         recorder=recorder,
         switcher=switcher,
-        profiles=inventory.reload_profiles,
+        profiles=b.inventory.reload_profiles,
         bench_store=bench_store,
         default_profile=s.default_profile,
         sweeps=sweeps,
         warm=warms.start,
+    )
+    schedules = Schedules(
+        timers=b.host.timers,
+        folder=s.state_dir / "schedules",
+        command=k25_command(),
+        benchmarks=experiments,
+        recorder=recorder,
+        jobs=b.jobs,
+        running_now=lambda: now.running if (now := watch.now()) else None,
+    )
+    return BenchController(
+        experiments=experiments,
+        schedules=schedules,
+        answers=answers,
+        bench_store=bench_store,
+        store=recorder.store,
     )

@@ -10,10 +10,10 @@ from types import FrameType
 
 import uvicorn
 
-from daemon.api import preflight
-from daemon.api.app import create_app
 from daemon.api.http import SseGate
 from daemon.core.logs import setup_logging
+from daemon.startup import preflight
+from daemon.startup.app import create_app
 
 log = logging.getLogger("k25.start")
 

@@ -1,0 +1,127 @@
+"""What the run routes call: one run with its events and teardowns, the list, a serving run's metric rows
+and live samples, a run's event stream, and a cancel."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+from daemon.api.schemas import (
+    CancelOut,
+    LiveSampleOut,
+    MetricRowOut,
+    ProgressOut,
+    RunEventOut,
+    RunMetricsOut,
+    RunOut,
+    StageOut,
+    SwitchCostOut,
+    TeardownRecordOut,
+    TeardownReportOut,
+)
+from daemon.core import redact
+from daemon.core.errors import NotFound
+from daemon.core.hoststate import StateHub
+from daemon.core.run_types import FINAL_OUTCOMES, RunEventJson
+from daemon.engines.load_stages import segments
+from daemon.runs.jobs import Jobs
+from daemon.serving.watch import ServingWatch
+from daemon.store.queries import RunView, Store
+
+
+class RunsController:
+    def __init__(self, *, store: Store, hub: StateHub, jobs: Jobs, watch: ServingWatch) -> None:
+        self.store = store
+        self.hub = hub
+        self.jobs = jobs
+        self.watch = watch
+
+    async def cancel(self, run_id: int) -> CancelOut:
+        self.jobs.cancel(run_id)
+        return CancelOut(run_id=run_id, cancelling=True)
+
+    async def run(self, run_id: int) -> RunOut:
+        view = await asyncio.to_thread(self.store.get_run, run_id=run_id)
+        if view is None:
+            raise NotFound(f"no run {run_id}")
+        return run_out(view, details=True)
+
+    async def runs(self, *, profile: str | None, parent: int | None = None, limit: int) -> list[RunOut]:
+        rows = await asyncio.to_thread(self.store.list_runs, profile=profile, parent=parent, limit=limit)
+        return [run_out(RunView(r, [], []), details=False) for r in rows]
+
+    async def run_metrics(self, run_id: int) -> RunMetricsOut:
+        try:
+            rows = await asyncio.to_thread(self.watch.series, run_id)
+        except LookupError as e:
+            raise NotFound(f"no run {run_id}") from e
+        return RunMetricsOut(
+            run_id=run_id,
+            rows=[
+                MetricRowOut.model_validate(r.model_dump() | {"per_position": r.per_position_rates})
+                for r in rows
+            ],
+            live=[LiveSampleOut.model_validate(x) for x in self.watch.live(run_id)],
+        )
+
+    async def run_events(self, run_id: int) -> AsyncIterator[RunEventJson]:
+        """The run's stored events, then its live ones until it ends."""
+        with self.hub.follow_run(run_id) as live:
+            view = await asyncio.to_thread(self.store.get_run, run_id=run_id)
+            if view is None:
+                raise NotFound(f"no run {run_id}")
+            last = 0
+            for e in view.events:
+                last = e.id or last
+                yield RunEventJson(
+                    id=e.id, phase=e.phase, detail=redact.text(e.detail), at=e.at.isoformat(), run_id=run_id
+                )
+            if view.run.outcome in FINAL_OUTCOMES:
+                return
+            while True:
+                event = await live.get()
+                if (event.get("id") or 0) <= last:
+                    continue
+                yield event | RunEventJson(run_id=run_id, detail=redact.text(event.get("detail") or ""))
+                if event.get("final"):
+                    return
+
+
+def run_out(view: RunView, *, details: bool) -> RunOut:
+    r = view.run
+    stages = view.load_stages
+    cost = SwitchCostOut.model_validate(r) if r.ready_down_at or r.drain_cut is not None else None
+    return RunOut(
+        switch_cost=cost,
+        id=r.id or 0,
+        kind=r.kind,
+        profile=r.profile,
+        from_profile=r.from_profile,
+        outcome=r.outcome,
+        phase=r.phase,
+        started_at=r.started_at,
+        ended_at=r.ended_at,
+        load_seconds=r.load_seconds,
+        progress=ProgressOut(percent=r.progress_percent, done=r.progress_done, total=r.progress_total),
+        error=r.error,
+        parent_id=r.parent_id,
+        unit=r.unit,
+        argv=view.argv,
+        profile_sha256=r.profile_sha256,
+        served_s=r.served_s,
+        requests=r.requests,
+        prompt_tokens=r.prompt_tokens,
+        generation_tokens=r.generation_tokens,
+        acceptance_length=r.acceptance_length,
+        load_stages=stages,
+        load_breakdown=[StageOut(stage=k, seconds=v) for k, v in segments(stages, r.load_seconds)]
+        if stages
+        else None,
+        events=[RunEventOut.model_validate(e) for e in view.events] if details else None,
+        teardowns=[
+            TeardownRecordOut(id=t.id or 0, ok=t.ok, report=TeardownReportOut.model_validate(t.report_data))
+            for t in view.teardowns
+        ]
+        if details
+        else None,
+    )

@@ -1,0 +1,60 @@
+"""What the daemon uses of the machine (`HostPorts`): systemd and its timers over one D-Bus connection, the
+journal, the GPUs, the teardown, the engines' HTTP, the benchmark's client. Tests hand in fakes;
+`real_ports` builds the real ones."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from daemon.benchmark.client import new_client
+from daemon.benchmark.runner import HttpFactory
+from daemon.core.errors import K25Error
+from daemon.core.settings import Settings
+from daemon.engines.client import EnginePort, Prober
+from daemon.host.gpu import GpuView
+from daemon.host.journal import JournalctlJournal, JournalPort
+from daemon.host.systemd import SdbusSystemd, SystemdPort, open_system_bus
+from daemon.host.timers import NoTimers, SdbusTimers, TimerPort
+from daemon.teardown.build import build_gpus, build_teardown
+from daemon.teardown.execute import Teardown
+
+
+@dataclass
+class HostPorts:
+    """What the daemon uses of the machine; tests hand in fakes, `real_ports` builds the real ones."""
+
+    systemd: SystemdPort
+    journal: JournalPort
+    gpus: GpuView
+    teardown: Teardown
+    prober: EnginePort
+    bench_http: HttpFactory = field(default=lambda n, t: new_client(t, n))  # the benchmark's requests
+    timers: TimerPort = field(default_factory=NoTimers)  # transient systemd timers (scheduled experiments)
+
+
+def real_ports(settings: Settings) -> HostPorts:
+    gpus = build_gpus(settings)
+    bus = open_system_bus()  # one bus for the process, opened in the lifespan
+    return HostPorts(
+        systemd=SdbusSystemd(bus),
+        timers=SdbusTimers(bus),
+        journal=JournalctlJournal(settings.journal_command),
+        gpus=gpus,
+        teardown=build_teardown(settings, gpus),
+        prober=Prober(),
+    )
+
+
+def hardware(gpus: GpuView) -> Callable[[list[int]], tuple[list[str], str | None]]:
+    """GPU names of the given indices and the driver version, for a benchmark's provenance (in a thread)."""
+
+    def read(indices: list[int]) -> tuple[list[str], str | None]:
+        try:
+            seen = {g.index: g.name for g in gpus.gpus(light=True)}
+            driver = gpus.driver_version()
+        except K25Error:
+            return [], None
+        return [seen[i] for i in indices if i in seen], driver
+
+    return read
