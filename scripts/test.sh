@@ -1,17 +1,27 @@
 #!/usr/bin/env bash
 # The test command: sets the machine up (scripts/setup.sh), then lint, types and the whole pytest suite.
+# pytest runs on K25_TEST_WORKERS workers (default 4; 0: one process) with --dist loadgroup: the tests of
+# one sandbox stay on one worker (tests/conftest.py groups them). Lint and types run beside the first
+# tests. Arguments go to pytest: `bash scripts/test.sh tests/unit -k cli`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 # The realengine tier's venv and model, cached outside the repository (rebuilt only when missing or stale).
 K25_REALENGINE_DIR=$(bash scripts/realengine.sh | tail -1)
 export K25_REALENGINE_DIR
-.venv/bin/ruff check .
-.venv/bin/ruff format --check .
-.venv/bin/mypy --strict daemon tests
+checks=$(mktemp)
+trap 'rm -f "$checks"' EXIT
+(
+  .venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy --strict daemon tests
+) >"$checks" 2>&1 &
+lint=$!
 set +e
-.venv/bin/pytest -ra "$@"
+.venv/bin/pytest -ra -n "${K25_TEST_WORKERS:-4}" --dist loadgroup "$@"
 rc=$?
+wait "$lint"
+lint_rc=$?
 set -e
+cat "$checks"
+[ "$lint_rc" -eq 0 ] || { echo "ruff or mypy failed ($lint_rc)" >&2; exit "$lint_rc"; }
 # pytest's exit 5 (no test collected) is a failure, like any other non-zero exit.
 [ "$rc" -eq 0 ] || { echo "pytest exited $rc" >&2; exit "$rc"; }

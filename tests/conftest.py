@@ -16,11 +16,29 @@ CHROMIUM = "/usr/bin/chromium"
 TIERS = ("system", "gpu", "web", "realengine")  # a tier's folder marks its tests (`pytest -m system`)
 
 
+# Under `pytest -n N --dist loadgroup`, the tests of one module run on one worker, in file order, when they
+# share a sandbox: the session's (each worker boots its own, once, for the modules it is given) or one the
+# module or tier boots itself. unit and api tests go wherever a worker is free. Tiers are handed out in
+# this order, the longest first, so that unit and api tests fill the end instead of waiting for a module.
+ORDER = ("realengine", "system", "web", "api", "unit", "gpu")
+SANDBOXED = ("system", "web", "realengine")
+
+
+def _tier(item: pytest.Item) -> str | None:
+    """The tier folder a test lives in (tests/unit, tests/api or one of TIERS)."""
+    parts = Path(str(item.fspath)).relative_to(ROOT).parts
+    return parts[1] if len(parts) > 1 and parts[0] == "tests" and parts[1] in ORDER else None
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        parts = Path(str(item.fspath)).relative_to(ROOT).parts
-        if len(parts) > 1 and parts[0] == "tests" and parts[1] in TIERS:
-            item.add_marker(getattr(pytest.mark, parts[1]))
+        tier = _tier(item)
+        if tier in TIERS:
+            item.add_marker(getattr(pytest.mark, tier))
+        if tier in SANDBOXED:
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    rank = {t: i for i, t in enumerate(ORDER)}
+    items.sort(key=lambda item: rank.get(_tier(item) or "", len(ORDER)))  # stable: file order within
 
 
 @pytest.fixture
@@ -39,14 +57,16 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxInfo]:
     import os
 
     from daemon.sandbox import sandbox as sbx
-    from tests.sandboxing import write_fault_profiles
+    from tests.sandboxing import ROW_S, write_fault_profiles
 
     if os.geteuid() != 0:
         pytest.fail("system and web tests need root: they boot systemd in namespaces")
     extra = tmp_path_factory.mktemp("profiles")
     models = tmp_path_factory.mktemp("models")
     write_fault_profiles(extra, models)
-    info = sbx.up(profiles=extra, load_seconds=1.0, binds=(models,))
+    # Minute rows of serving metrics, a quarter-minute long here: what they hold is the same, sooner.
+    settings = {"metrics_row_s": str(ROW_S)}
+    info = sbx.up(profiles=extra, load_seconds=1.0, binds=(models,), settings=settings)
     yield info
     sbx.down(info)
     assert sbx.leftovers(info) == []

@@ -36,6 +36,7 @@ FAULT_PROFILES: dict[str, dict[str, Any]] = {
                "engine_args": ("--position-acceptance", "0.8,0.5,0.2", "--draft-cost", "0.25")},
 }  # fmt: skip
 WEIGHT_FILE_MIB = 16
+ROW_S = 15.0  # the session sandbox's metrics_row_s (a daemon's default is 60 s)
 
 
 def write_fault_profiles(directory: Path, models: Path) -> None:

@@ -2,14 +2,19 @@
 one that runs past a threshold is reported with what it was and where it was when a watcher thread looked
 (the main thread's stack while the step still ran: the blocking call itself). asyncio's own debug mode
 reports slow callbacks too, but it captures a traceback for every handle it creates, which makes the
-steps it measures slow; this costs two clock reads a callback. The garbage collector's pauses within a step
-are the interpreter's, not the step's code: they are taken off its time (and named where it is reported).
-For diagnosis (`slow_callback_ms`) and the API tests' guard, never on by default."""
+steps it measures slow; this costs two clock and two getrusage reads a callback. A step's time is its own:
+where the loop's thread never waited of its own accord (no voluntary context switch: no blocking call, no
+lock) the step's time is the CPU time it used, so a busy machine that preempts the thread (other processes
+on the same cores) does not make a fast step look slow; where it did wait, the wall-clock time counts,
+since that wait is the blocking call the guard is for. The garbage collector's pauses within a step are the
+interpreter's, not the step's code: they are taken off its time (and named where it is reported). For
+diagnosis (`slow_callback_ms`) and the API tests' guard, never on by default."""
 
 from __future__ import annotations
 
 import asyncio
 import gc
+import resource
 import sys
 import threading
 import time
@@ -52,6 +57,14 @@ def _frames(frame: FrameType | None, depth: int = 4) -> str:
     return " <- ".join(f"{f.name} ({f.filename.rsplit('/', 2)[-1]}:{f.lineno})" for f in reversed(inner))
 
 
+def own_time(wall_s: float, before: resource.struct_rusage, after: resource.struct_rusage) -> float:
+    """The wall-clock time where the thread waited of its own accord, else the CPU time it used."""
+    if after.ru_nvcsw > before.ru_nvcsw:
+        return wall_s
+    cpu = after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime
+    return min(wall_s, cpu)
+
+
 class SlowSteps:
     """Installed (a context manager) for one thread's event loop: Handle._run is wrapped while it is."""
 
@@ -75,13 +88,14 @@ class SlowSteps:
             if threading.get_ident() != steps._thread:
                 original(handle)
                 return
-            began = time.perf_counter()
+            began, usage = time.perf_counter(), resource.getrusage(resource.RUSAGE_THREAD)
             steps._running, steps._gc_s = (began, handle), 0.0
             try:
                 original(handle)
             finally:
                 steps._running = None
-                took = time.perf_counter() - began - steps._gc_s
+                wall = time.perf_counter() - began
+                took = own_time(wall, usage, resource.getrusage(resource.RUSAGE_THREAD)) - steps._gc_s
                 seen = steps._seen.pop(id(handle), "") if steps._seen else ""
                 if took >= steps.threshold_s:
                     steps.report(SlowStep(took, describe(handle), seen, steps._gc_s))

@@ -14,7 +14,7 @@ from typing import Any
 import httpx
 
 from daemon.sandbox.sandbox import SandboxInfo
-from tests.sandboxing import Api, inside
+from tests.sandboxing import ROW_S, Api, inside
 
 
 @contextmanager
@@ -127,7 +127,8 @@ def test_systemctl_stop_and_start_are_followed(api: Api, sandbox: SandboxInfo) -
 
 
 def test_serving_metrics_under_steady_traffic(api: Api, sandbox: SandboxInfo) -> None:
-    """Three minutes of one steady stream on the speculative vLLM profile (54.6 tok/s, acceptance 0.15)."""
+    """Three rows' time (metrics_row_s, ROW_S in the session sandbox) of one steady stream on the speculative
+    vLLM profile (54.6 tok/s, acceptance 0.15): each full row holds the engine's rate and acceptance."""
     assert api.activate("vllm-eagle3", force=True)["outcome"] == "active"
     serving = api.wait_until(lambda: api.status()["serving_run_id"], what="serving")
     port = api.client.get("/profiles/vllm-eagle3").json()["port"]
@@ -140,7 +141,7 @@ def test_serving_metrics_under_steady_traffic(api: Api, sandbox: SandboxInfo) ->
 
     before, start = counters(), time.time()
     with httpx.Client(timeout=60) as c:
-        while time.time() - start < 180:
+        while time.time() - start < 3 * ROW_S:
             with c.stream("POST", f"{engine}/v1/completions",
                           json={"prompt": "count", "max_tokens": 100, "stream": True}) as r:  # fmt: skip
                 for _ in r.iter_lines():
@@ -151,7 +152,7 @@ def test_serving_metrics_under_steady_traffic(api: Api, sandbox: SandboxInfo) ->
     series = api.client.get(f"/runs/{serving}/metrics").json()
     full: list[Any] = [
         r for r in series["rows"]
-        if _ts(r["at"]) >= start - 1 and _ts(r["at"]) + r["seconds"] <= end + 1 and r["seconds"] >= 50
+        if _ts(r["at"]) >= start - 1 and _ts(r["at"]) + r["seconds"] <= end + 1 and r["seconds"] >= ROW_S - 1
     ]  # fmt: skip
     print(
         "rows:", [(r["at"][11:19], round(r["tokens_per_s"], 2), r["acceptance_rate"]) for r in series["rows"]]

@@ -4,8 +4,10 @@ it was), one that awaits is not, and the test's own coroutine is left to the tes
 from __future__ import annotations
 
 import asyncio
+import resource
 import time
 
+from daemon.core.slow_steps import own_time
 from tests.slow_callbacks import SlowCallbacks
 
 
@@ -45,3 +47,31 @@ async def test_a_garbage_collection_within_a_step_is_not_the_steps_code() -> Non
     del heap
     assert len(slow.seen) == 1, slow.seen
     assert "<built-in function sleep>" in slow.seen[0], slow.seen
+
+
+def _usage(cpu_s: float, voluntary: int) -> resource.struct_rusage:
+    return resource.struct_rusage((cpu_s, 0.0, *([0] * 6), 0, 0, 0, 0, 0, 0, voluntary, 0))
+
+
+def test_a_step_preempted_by_a_busy_machine_counts_its_cpu_time_and_a_waiting_one_its_wall_time() -> None:
+    """Other processes on the same cores stretch a step's wall-clock time without it blocking: its own time
+    is then the CPU it used. A step that waited of its own accord (a blocking call) counts the wait."""
+    before = _usage(1.0, voluntary=5)
+    assert abs(own_time(0.3, before, _usage(1.01, voluntary=5)) - 0.01) < 1e-9
+    assert own_time(0.3, before, _usage(1.01, voluntary=6)) == 0.3
+
+
+async def test_a_step_that_computes_on_the_loop_is_reported() -> None:
+    """CPU work on the loop is the step's own time: a busy machine or not, it is reported."""
+    loop = asyncio.get_running_loop()
+
+    def compute() -> None:
+        began = time.thread_time()
+        while time.thread_time() - began < 0.08:
+            pass
+
+    with SlowCallbacks(loop, threshold_s=0.05) as slow:
+        loop.call_soon(compute)
+        await asyncio.sleep(0.2)
+    assert len(slow.seen) == 1, slow.seen
+    assert "compute" in slow.seen[0], slow.seen
