@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # The test command: sets the machine up (scripts/setup.sh), then lint, types and the whole pytest suite.
-# pytest runs on K25_TEST_WORKERS workers (default 4; 0: one process) with --dist loadgroup: the tests of
-# one sandbox stay on one worker (tests/conftest.py groups them). Lint and types run beside the first
-# tests. Arguments go to pytest: `bash scripts/test.sh tests/unit -k cli`.
+# pytest runs on K25_TEST_WORKERS workers (default 4; 0: one process) with --dist loadfile: each module
+# runs whole on one worker, so the tests that share a sandbox stay together (tests/conftest.py orders the
+# tiers). Lint and types run beside the first tests. Arguments go to pytest: `bash scripts/test.sh tests/unit`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -16,7 +16,7 @@ trap 'rm -f "$checks"' EXIT
 ) >"$checks" 2>&1 &
 lint=$!
 set +e
-.venv/bin/pytest -ra -n "${K25_TEST_WORKERS:-4}" --dist loadgroup "$@"
+.venv/bin/pytest -ra -n "${K25_TEST_WORKERS:-4}" --dist loadfile "$@"
 rc=$?
 wait "$lint"
 lint_rc=$?

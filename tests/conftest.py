@@ -16,12 +16,12 @@ CHROMIUM = "/usr/bin/chromium"
 TIERS = ("system", "gpu", "web", "realengine")  # a tier's folder marks its tests (`pytest -m system`)
 
 
-# Under `pytest -n N --dist loadgroup`, the tests of one module run on one worker, in file order, when they
-# share a sandbox: the session's (each worker boots its own, once, for the modules it is given) or one the
-# module or tier boots itself. unit and api tests go wherever a worker is free. Tiers are handed out in
-# this order, the longest first, so that unit and api tests fill the end instead of waiting for a module.
+# Under `pytest -n N --dist loadfile` each module runs whole on one worker, in file order: a module of the
+# sandbox tiers shares a sandbox, the session's (booted once per worker that gets such a module) or one it
+# boots itself. (loadgroup would do the same through xdist_group marks, but it silently stops grouping on
+# pytest 9.2: pytest-xdist#1386.) Tiers are handed out in this order, the longest first, so that the
+# short unit and api modules fill the end instead of a long module starting last.
 ORDER = ("realengine", "system", "web", "api", "unit", "gpu")
-SANDBOXED = ("system", "web", "realengine")
 
 
 def _tier(item: pytest.Item) -> str | None:
@@ -32,11 +32,8 @@ def _tier(item: pytest.Item) -> str | None:
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        tier = _tier(item)
-        if tier in TIERS:
+        if (tier := _tier(item)) in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
-        if tier in SANDBOXED:
-            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
     rank = {t: i for i, t in enumerate(ORDER)}
     items.sort(key=lambda item: rank.get(_tier(item) or "", len(ORDER)))  # stable: file order within
 

@@ -13,6 +13,10 @@ SLOW_S = 0.1
 # The test's own coroutine (its task is made by asyncio.Runner, the fixtures' by pytest-asyncio) is the
 # test's business, not the daemon's.
 OWN_TASKS = ("test_", "_asyncgen_fixture_wrapper", "setup", "finalizer")
+# The loop's own wake-up: it drains the self-pipe another thread wrote to (a to_thread result) from a
+# non-blocking socket, and never blocks; seen slow only when the loop's thread waited for the GIL that the
+# waking thread still held while a busy machine preempted it. No code of the daemon's runs in it.
+LOOP_OWN = ("<bound method BaseSelectorEventLoop._read_from_self ",)
 
 
 class SlowCallbacks:
@@ -23,6 +27,8 @@ class SlowCallbacks:
 
     def _report(self, step: SlowStep) -> None:
         coro = step.what.split(" ")[2] if step.what.startswith("task ") else ""
+        if step.what.startswith(LOOP_OWN):
+            return
         if not coro.startswith(OWN_TASKS) and ".<locals>.setup" not in coro:
             self.seen.append(str(step))
 

@@ -9,7 +9,6 @@ import json
 import os
 import select
 import shutil
-import signal
 import socket
 import subprocess
 import tempfile
@@ -18,6 +17,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from daemon.core.errors import HostTimeout, K25Error, NotFound
+from daemon.sandbox import reaping
 from daemon.sandbox.layout import free_port, make_weights, work_dir, write_base_units, write_tree
 
 SANDBOX_HOME = Path(os.environ.get("K25_SANDBOX_HOME", "/tmp/k25-sandboxes"))
@@ -277,55 +277,8 @@ def _check_daemon(info: SandboxInfo) -> None:
         raise K25Error(f"k25-ctl.service did not start in the sandbox:\n{journal.stdout}")
 
 
-def _namespace_pids(pid_ns: str, mnt_ns: str) -> list[int]:
-    pids = []
-    for proc in Path("/proc").iterdir():
-        if proc.name.isdigit():
-            with contextlib.suppress(OSError):
-                namespaces = {str((proc / "ns/pid").readlink()), str((proc / "ns/mnt").readlink())}
-                if {pid_ns, mnt_ns} & namespaces:
-                    pids.append(int(proc.name))
-    return pids
-
-
-def _pidfds(pids: list[int]) -> list[int]:
-    fds = []
-    for pid in pids:
-        with contextlib.suppress(ProcessLookupError):
-            fds.append(os.pidfd_open(pid))
-    return fds
-
-
-def _wait_all_exit(fds: list[int], within_s: float) -> None:
-    """Wait (pidfds, no polling) until every process behind `fds` has exited; closes them."""
-    deadline = time.monotonic() + within_s
-    try:
-        pending = set(fds)
-        while pending:
-            left = deadline - time.monotonic()
-            readable, _, _ = select.select(list(pending), [], [], max(left, 0))
-            if not readable:
-                raise HostTimeout(f"{len(pending)} sandbox processes still alive after {within_s:.0f}s")
-            pending -= set(readable)
-    finally:
-        for fd in fds:
-            os.close(fd)
-
-
 def _destroy(root: Path, unshare_pid: int, init_pid: int | None, cgroups: list[str]) -> None:
-    victims = [unshare_pid]
-    if init_pid:
-        ns = Path(f"/proc/{init_pid}/ns")
-        with contextlib.suppress(OSError):
-            victims += _namespace_pids(str((ns / "pid").readlink()), str((ns / "mnt").readlink()))
-    fds = _pidfds(victims)  # opened before the kill, so no PID can be reused under us
-    # Killing the namespace's PID 1 makes the kernel SIGKILL every process in it; unshare then exits.
-    target = init_pid or unshare_pid
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(target, signal.SIGKILL)
-    _wait_all_exit(fds, 30)
-    with contextlib.suppress(ChildProcessError):
-        os.waitpid(unshare_pid, os.WNOHANG)
+    reaping.kill_all(unshare_pid, init_pid)
     for top in cgroups:
         if Path(top).is_dir():
             for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: -len(w[0])):
@@ -392,7 +345,7 @@ def down(info: SandboxInfo) -> None:
 
 def leftovers(info: SandboxInfo) -> list[str]:
     """What of the sandbox still exists: processes in its namespaces, its cgroups, its dir."""
-    found = [f"process {pid}" for pid in _namespace_pids(info.pid_ns, info.mnt_ns)]
+    found = [f"process {pid}" for pid in reaping.namespace_pids(info.pid_ns, info.mnt_ns)]
     found += [f"cgroup {d}" for d in info.cgroups if Path(d).exists()]
     if Path(info.dir).exists():
         found.append(f"dir {info.dir}")

@@ -16,6 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
+from daemon.sandbox import reaping
 from daemon.sandbox import sandbox as sbx
 from daemon.sandbox.layout import GPU_COUNT, REPO, fake_engine_profile, free_port
 from tests.sandboxing import Api
@@ -90,7 +91,7 @@ class Host:
     def unit_processes(self) -> list[tuple[str, str]]:
         """(unit, command line) of every process of a service in this host but D-Bus and journald."""
         out = []
-        for pid in sbx._namespace_pids(self.info.pid_ns, self.info.mnt_ns):
+        for pid in reaping.namespace_pids(self.info.pid_ns, self.info.mnt_ns):
             try:
                 groups = Path(f"/proc/{pid}/cgroup").read_text()
                 cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()

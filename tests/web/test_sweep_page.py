@@ -48,6 +48,11 @@ def test_the_newest_sweep_is_charted_per_axis_with_its_best(
         page.mouse.move(box["x"] + box["width"] * 0.05, box["y"] + box["height"] / 2)  # the first value
         values = page.evaluate(LEGEND, chart)
         assert any("tok/s" in v for v in values), values
+    # A refresh that brings nothing new (the page refreshes on every host event) keeps the charts as they
+    # are: redrawn, they would lose the hover an operator is reading (and the element a test points at).
+    page.evaluate("document.getElementById('chart-sweep-0').dataset.kept = 'yes'")
+    page.evaluate("refresh()")
+    assert page.evaluate("document.getElementById('chart-sweep-0').dataset.kept") == "yes"
     rows = page.locator("#sweep tr")
     assert rows.count() == 5  # the base and 4 variants
     assert page.locator("#sweep tr.best").inner_text().startswith(f"★ {sweep['best']}")

@@ -211,11 +211,15 @@ function predictions(byK) {
 
 // The newest sweep: a chart per axis (its metric against the axis's values, a line per combination of the
 // others, whiskers from the repeats), the recommendation, and predicted against measured acceptance.
+let shownSweep = null;
 async function refreshSweep(experiments) {
   const exp = experiments.find((e) => (e.request.variants || []).length);
   $("sweep-card").hidden = !exp;
   if (!exp) return;
   const r = await api(`/experiments/${exp.run_id}/sweep`);
+  const seen = JSON.stringify(r);
+  if (seen === shownSweep) return;  // redrawn only when it changed: a chart being read keeps its hover
+  shownSweep = seen;
   $("sweep-meta").textContent = `experiment ${r.experiment_run_id} over ${r.base}: ${r.metric}`;
   $("sweep-best").textContent = r.recommendation ? `best: ${r.recommendation}` + (r.promote ? ` · to keep it: ${r.promote}` : "") : r.notes.join(" · ");
   $("sweep-predicted").innerHTML = predictions(r.predicted).replace("<div", `<div title="from ${esc(r.base)}'s per-position acceptance rates"`);
