@@ -20,10 +20,13 @@ NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
 
 
 def real_profile(name: str, *, port: int, model: str, extra: tuple[str, ...] = (), kv_gib: int = 1) -> str:
-    """An ordinary profile whose command is the real server (vLLM's CLI from the cached venv)."""
+    """An ordinary profile whose command is the real server (vLLM's CLI from the cached venv). -O0: no
+    torch.compile, which this CPU build redoes at every start (its AOT cache fails to load: "'function'
+    object has no attribute 'finalize_loading'"): a cold start takes ~32 s instead of ~60 s, and the tier
+    tests k25-ctl's control of the engine, not vLLM's compiler."""
     command = [str(CACHE / "venv/bin/python"), str(CACHE / "vllm_launcher.py"), "serve", model, "--host",
                "127.0.0.1", "--port", str(port), "--served-model-name", "tiny", "--max-model-len", "1024",
-               "--max-num-seqs", "8", *extra]  # fmt: skip
+               "--max-num-seqs", "8", "-O0", *extra]  # fmt: skip
     env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
            "VLLM_CPU_KVCACHE_SPACE": str(kv_gib), "VLLM_CACHE_ROOT": str(CACHE / "vllm-cache")}  # fmt: skip
     lines = [

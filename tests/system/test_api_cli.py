@@ -115,14 +115,21 @@ def test_daemon_restart_leaves_the_engine_serving(api: Api, sandbox: SandboxInfo
     assert "followed again after a daemon restart" in [e["detail"] for e in run["events"]]
 
 
-def test_without_an_install_the_cli_talks_to_the_running_sandbox(api: Api, sandbox: SandboxInfo) -> None:
+def test_without_an_install_the_cli_talks_to_the_running_sandbox(
+    api: Api, sandbox: SandboxInfo, tmp_path: Path
+) -> None:
     """A new user's first command after the demo: no /etc/k25-ctl here and no K25_CONFIG, so the CLI finds
     the running sandbox and uses its token (it answered 401 before). An installed host never does this."""
     assert not Path("/etc/k25-ctl/k25-ctl.toml").exists()  # this machine has no install
-    env = {"PATH": "/usr/bin:/bin"}
+    # The sandboxes' home as the demo leaves it: this one sandbox (other workers' sandboxes live in the
+    # real one, and the CLI takes the newest there).
+    home = tmp_path / "sandboxes"
+    (home / sandbox.name).mkdir(parents=True)
+    (home / sandbox.name / "sandbox.json").symlink_to(Path(sandbox.dir) / "sandbox.json")
+    env = {"PATH": "/usr/bin:/bin", "K25_SANDBOX_HOME": str(home)}
     r = subprocess.run([K25, "status"], capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "k25-ctl: no install here (/etc/k25-ctl/k25-ctl.toml): talking to sandbox sbx-" in r.stderr
+    assert f"k25-ctl: no install here (/etc/k25-ctl/k25-ctl.toml): talking to sandbox {sandbox.name}" in r.stderr
     assert r.stdout.startswith("state ")
     # A mutating call carries the sandbox's token: refused for what it asks (no such run), not for a 401.
     r = subprocess.run([K25, "cancel", "999999"], capture_output=True, text=True, timeout=60, env=env)
