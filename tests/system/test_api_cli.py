@@ -129,7 +129,9 @@ def test_without_an_install_the_cli_talks_to_the_running_sandbox(
     env = {"PATH": "/usr/bin:/bin", "K25_SANDBOX_HOME": str(home)}
     r = subprocess.run([K25, "status"], capture_output=True, text=True, timeout=60, env=env)
     assert r.returncode == 0, r.stdout + r.stderr
-    assert f"k25-ctl: no install here (/etc/k25-ctl/k25-ctl.toml): talking to sandbox {sandbox.name}" in r.stderr
+    assert (
+        f"k25-ctl: no install here (/etc/k25-ctl/k25-ctl.toml): talking to sandbox {sandbox.name}" in r.stderr
+    )
     assert r.stdout.startswith("state ")
     # A mutating call carries the sandbox's token: refused for what it asks (no such run), not for a 401.
     r = subprocess.run([K25, "cancel", "999999"], capture_output=True, text=True, timeout=60, env=env)
