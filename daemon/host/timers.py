@@ -31,6 +31,15 @@ class TimerSpec:
     on_active_s: float | None = None  # or this many seconds from now
 
 
+USEC_INFINITY = 2**64 - 1  # systemd's "never", e.g. before a new timer's start job has run
+
+
+def next_elapse(raw_us: int) -> int:
+    """A timer's NextElapseUSecRealtime as TimerState keeps it: 0 for none. systemd reports USEC_INFINITY
+    until the timer's start job has computed it (a query right after StartTransientUnit, on a busy host)."""
+    return raw_us if 0 < raw_us < USEC_INFINITY else 0
+
+
 @dataclass(frozen=True)
 class TimerState:
     unit: str
@@ -78,7 +87,7 @@ class SdbusTimers:
             out = []
             for row in rows:
                 proxy = TimerInterface.new_proxy(SYSTEMD, row[6], self.bus)
-                out.append(TimerState(row[0], row[3], int(await proxy.next_elapse_realtime)))
+                out.append(TimerState(row[0], row[3], next_elapse(int(await proxy.next_elapse_realtime))))
             return out
         except SdBusBaseError as e:
             raise translate(e, pattern) from e

@@ -59,11 +59,14 @@ def test_one_that_fires_onto_a_busy_host_is_skipped(api: Api, sandbox: SandboxIn
     assert scheduled.status_code == 202, scheduled.text
     switch = api.activate("slow", wait=False)  # 8 s of loading: the timer fires meanwhile
 
+    mine = f"schedule {scheduled.json()['id']} "
+
     def skipped() -> Any:
         runs = api.client.get("/runs", params={"limit": 20}).json()
-        return next((r for r in runs if r["kind"] == "experiment" and r["outcome"] == "skipped"), None)
+        return next((r for r in runs if r["kind"] == "experiment" and mine in (r["error"] or "")), None)
 
-    run = eventually_sync(skipped, what="a skipped experiment run", within_s=60)
+    run = eventually_sync(skipped, what="this schedule's experiment run", within_s=60)
+    assert run["outcome"] == "skipped", run
     assert f"schedule {scheduled.json()['id']} (+2s) skipped: the host is busy" in run["error"]
     api.wait_run(switch["run_id"])
     _baseline(api)
