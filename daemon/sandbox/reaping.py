@@ -51,24 +51,28 @@ def _wait_all_exit(fds: list[int], within_s: float) -> None:
             os.close(fd)
 
 
-def kill_all(unshare_pid: int, init_pid: int | None) -> None:
-    """Every process of the sandbox whose systemd is `init_pid` (run by `unshare_pid`), killed and gone."""
-    namespaces: tuple[str, str] | None = None
-    if init_pid:
-        ns = Path(f"/proc/{init_pid}/ns")
-        with contextlib.suppress(OSError):
-            namespaces = (str((ns / "pid").readlink()), str((ns / "mnt").readlink()))
-    victims = [unshare_pid, *(namespace_pids(*namespaces) if namespaces else ())]
-    fds = _pidfds(victims)  # opened before the kill, so no PID can be reused under us
-    # Killing the namespace's PID 1 makes the kernel SIGKILL every process in it; unshare then exits.
-    target = init_pid or unshare_pid
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(target, signal.SIGKILL)
-    _wait_all_exit(fds, 30)
-    # A process forked between the listing and the kill was killed too, but may not have exited yet (a busy
-    # machine): wait for those as well, so that nothing of the sandbox outlives down().
+def kill_all(unshare_pid: int, namespaces: tuple[str, str] | None) -> None:
+    """Every process of the sandbox (in its PID or mount namespace, as recorded when it booted) killed and
+    gone, those forked meanwhile included. Signals go through pidfds opened on processes found in those
+    namespaces, so a PID reused by another process is never signalled. `namespaces` None: up() failed
+    before its systemd was known, and `unshare_pid` (this process's child) is all there is."""
     deadline = time.monotonic() + 30
-    while namespaces and (late := _pidfds(namespace_pids(*namespaces))):
-        _wait_all_exit(late, max(0.0, deadline - time.monotonic()))
+    while pids := (namespace_pids(*namespaces) if namespaces else [unshare_pid]):
+        fds = _pidfds(pids)
+        for fd in fds:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(fd, signal.SIGKILL)
+        _wait_all_exit(fds, max(0.0, deadline - time.monotonic()))
+        if namespaces is None:
+            break
     with contextlib.suppress(ChildProcessError):
         os.waitpid(unshare_pid, os.WNOHANG)
+
+
+def describe(pid: int) -> str:
+    """A leftover process as a report names it: its PID and command line."""
+    try:
+        cmd = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        cmd = "gone"
+    return f"process {pid} ({cmd.strip()[:120]})"

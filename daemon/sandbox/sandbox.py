@@ -210,7 +210,7 @@ def up(
             _check_daemon(info)
         return info
     except BaseException:
-        _destroy(root, unshare.pid, info.pid if info else None, cgroups)
+        _destroy(root, unshare.pid, (info.pid_ns, info.mnt_ns) if info else None, cgroups)
         raise
     finally:
         sock.close()
@@ -277,8 +277,8 @@ def _check_daemon(info: SandboxInfo) -> None:
         raise K25Error(f"k25-ctl.service did not start in the sandbox:\n{journal.stdout}")
 
 
-def _destroy(root: Path, unshare_pid: int, init_pid: int | None, cgroups: list[str]) -> None:
-    reaping.kill_all(unshare_pid, init_pid)
+def _destroy(root: Path, unshare_pid: int, namespaces: tuple[str, str] | None, cgroups: list[str]) -> None:
+    reaping.kill_all(unshare_pid, namespaces)
     for top in cgroups:
         if Path(top).is_dir():
             for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: -len(w[0])):
@@ -340,12 +340,12 @@ def running_demo() -> SandboxInfo | None:
 
 
 def down(info: SandboxInfo) -> None:
-    _destroy(Path(info.dir), info.unshare_pid, info.pid, info.cgroups)
+    _destroy(Path(info.dir), info.unshare_pid, (info.pid_ns, info.mnt_ns), info.cgroups)
 
 
 def leftovers(info: SandboxInfo) -> list[str]:
     """What of the sandbox still exists: processes in its namespaces, its cgroups, its dir."""
-    found = [f"process {pid}" for pid in reaping.namespace_pids(info.pid_ns, info.mnt_ns)]
+    found = [reaping.describe(pid) for pid in reaping.namespace_pids(info.pid_ns, info.mnt_ns)]
     found += [f"cgroup {d}" for d in info.cgroups if Path(d).exists()]
     if Path(info.dir).exists():
         found.append(f"dir {info.dir}")
