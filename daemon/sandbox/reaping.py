@@ -1,5 +1,7 @@
 """Ending a sandbox: every process of its PID and mount namespaces killed and awaited (pidfds, no polling),
-those forked while it was killed included."""
+those forked while it was killed included. The namespaces are held open (pinned) from before the kill to
+the last check: a namespace's id is reused once it is gone, often by the next sandbox another test boots,
+and an id read after that would name the other sandbox's processes."""
 
 from __future__ import annotations
 
@@ -8,19 +10,22 @@ import os
 import select
 import signal
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 from daemon.core.errors import HostTimeout
 
+KINDS = ("pid", "mnt")
+
 
 def namespace_pids(pid_ns: str, mnt_ns: str) -> list[int]:
-    """The live processes in either namespace. A zombie is left out: it has exited and holds nothing; it
-    waits only for its reaper (the host's init, once the namespace's own is gone)."""
+    """The live processes in either namespace (ids as readlink shows them, "pid:[4026532600]"). A zombie
+    is left out: it has exited and holds nothing; it waits only for its reaper."""
     pids = []
     for proc in Path("/proc").iterdir():
         if proc.name.isdigit():
             with contextlib.suppress(OSError, IndexError):
-                namespaces = {str((proc / "ns/pid").readlink()), str((proc / "ns/mnt").readlink())}
+                namespaces = {str((proc / f"ns/{kind}").readlink()) for kind in KINDS}
                 state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
                 if {pid_ns, mnt_ns} & namespaces and state != "Z":
                     pids.append(int(proc.name))
@@ -51,22 +56,48 @@ def _wait_all_exit(fds: list[int], within_s: float) -> None:
             os.close(fd)
 
 
-def kill_all(unshare_pid: int, namespaces: tuple[str, str] | None) -> None:
-    """Every process of the sandbox (in its PID or mount namespace, as recorded when it booted) killed and
-    gone, those forked meanwhile included. Signals go through pidfds opened on processes found in those
-    namespaces, so a PID reused by another process is never signalled. `namespaces` None: up() failed
-    before its systemd was known, and `unshare_pid` (this process's child) is all there is."""
-    deadline = time.monotonic() + 30
-    while pids := (namespace_pids(*namespaces) if namespaces else [unshare_pid]):
-        fds = _pidfds(pids)
-        for fd in fds:
-            with contextlib.suppress(ProcessLookupError):
-                signal.pidfd_send_signal(fd, signal.SIGKILL)
-        _wait_all_exit(fds, max(0.0, deadline - time.monotonic()))
-        if namespaces is None:
-            break
+@contextlib.contextmanager
+def pinned(init_pid: int, pid_ns: str, mnt_ns: str) -> Iterator[bool]:
+    """The sandbox's namespaces held open while the block runs; False when its PID 1 is no longer the one
+    it booted (then its namespaces may be gone and their ids another's: nothing may be done by them)."""
+    fds: list[int] = []
+    try:
+        pidfd = os.pidfd_open(init_pid)
+    except ProcessLookupError:
+        yield False
+        return
+    try:
+        with contextlib.suppress(OSError):
+            fds = [os.open(f"/proc/{init_pid}/ns/{kind}", os.O_RDONLY) for kind in KINDS]
+        alive = not select.select([pidfd], [], [], 0)[0]  # still running: the /proc entry opened was its
+        ids = [str(Path(f"/proc/self/fd/{fd}").readlink()) for fd in fds]
+        yield alive and ids == [pid_ns, mnt_ns]
+    finally:
+        for fd in (*fds, pidfd):
+            os.close(fd)
+
+
+def kill_all(unshare_pid: int, init_pid: int | None, namespaces: tuple[str, str] | None) -> None:
+    """Every process of the sandbox killed and gone. Signals go through pidfds of processes found in its
+    pinned namespaces, so neither a reused PID nor a reused namespace id is ever signalled. Without a known
+    PID 1 (up() failed early), `unshare_pid`, this process's child, is all there is."""
+    if init_pid is None or namespaces is None:
+        _kill_and_wait([unshare_pid], 30)
+    else:
+        with pinned(init_pid, *namespaces) as ours:
+            deadline = time.monotonic() + 30
+            while ours and (pids := namespace_pids(*namespaces)):
+                _kill_and_wait(pids, max(0.0, deadline - time.monotonic()))
     with contextlib.suppress(ChildProcessError):
         os.waitpid(unshare_pid, os.WNOHANG)
+
+
+def _kill_and_wait(pids: list[int], within_s: float) -> None:
+    fds = _pidfds(pids)
+    for fd in fds:
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(fd, signal.SIGKILL)
+    _wait_all_exit(fds, within_s)
 
 
 def describe(pid: int) -> str:

@@ -210,7 +210,7 @@ def up(
             _check_daemon(info)
         return info
     except BaseException:
-        _destroy(root, unshare.pid, (info.pid_ns, info.mnt_ns) if info else None, cgroups)
+        _destroy(root, unshare.pid, info, cgroups)
         raise
     finally:
         sock.close()
@@ -277,8 +277,11 @@ def _check_daemon(info: SandboxInfo) -> None:
         raise K25Error(f"k25-ctl.service did not start in the sandbox:\n{journal.stdout}")
 
 
-def _destroy(root: Path, unshare_pid: int, namespaces: tuple[str, str] | None, cgroups: list[str]) -> None:
-    reaping.kill_all(unshare_pid, namespaces)
+def _destroy(root: Path, unshare_pid: int, info: SandboxInfo | None, cgroups: list[str]) -> None:
+    if info is None:
+        reaping.kill_all(unshare_pid, None, None)
+    else:
+        reaping.kill_all(unshare_pid, info.pid, (info.pid_ns, info.mnt_ns))
     for top in cgroups:
         if Path(top).is_dir():
             for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: -len(w[0])):
@@ -340,12 +343,16 @@ def running_demo() -> SandboxInfo | None:
 
 
 def down(info: SandboxInfo) -> None:
-    _destroy(Path(info.dir), info.unshare_pid, (info.pid_ns, info.mnt_ns), info.cgroups)
+    _destroy(Path(info.dir), info.unshare_pid, info, info.cgroups)
 
 
 def leftovers(info: SandboxInfo) -> list[str]:
-    """What of the sandbox still exists: processes in its namespaces, its cgroups, its dir."""
-    found = [reaping.describe(pid) for pid in reaping.namespace_pids(info.pid_ns, info.mnt_ns)]
+    """What of the sandbox still exists: processes in its namespaces (while its PID 1 runs: down() waits
+    for every one of them before it returns), its cgroups, its dir."""
+    found: list[str] = []
+    with reaping.pinned(info.pid, info.pid_ns, info.mnt_ns) as ours:
+        if ours:
+            found += [reaping.describe(pid) for pid in reaping.namespace_pids(info.pid_ns, info.mnt_ns)]
     found += [f"cgroup {d}" for d in info.cgroups if Path(d).exists()]
     if Path(info.dir).exists():
         found.append(f"dir {info.dir}")

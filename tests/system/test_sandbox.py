@@ -94,3 +94,21 @@ def _two_at_once(sandbox: SandboxInfo, other: SandboxInfo) -> None:
     assert httpx.get(f"{sandbox.url}/healthz", timeout=10).status_code == 200
     assert inside(sandbox, "systemctl", "is-active", "vllm-kimi-k25-int4.service").stdout.strip() == "active"
     inside(sandbox, "systemctl", "stop", "vllm-kimi-k25-int4.service")
+
+
+def test_a_down_of_a_gone_sandbox_touches_no_other(sandbox: SandboxInfo) -> None:
+    """Namespace ids are reused once a namespace is gone, often by the next sandbox booted (another test's,
+    on another worker). A second down() of a sandbox already down, or leftovers() after it, must not take
+    the new sandbox's processes for its own: the session's sandbox, booted before, runs on untouched."""
+    first = sbx.up(load_seconds=0.5)
+    sbx.down(first)
+    second = sbx.up(load_seconds=0.5)  # likely in the namespace ids `first` had
+    try:
+        sbx.down(first)
+        assert sbx.leftovers(first) == []
+        assert second.alive
+        assert sandbox.alive
+        assert Api(second).status()["state"] in ("idle", "active")
+    finally:
+        sbx.down(second)
+    assert sbx.leftovers(second) == []
