@@ -17,6 +17,9 @@ OWN_TASKS = ("test_", "_asyncgen_fixture_wrapper", "setup", "finalizer")
 # non-blocking socket, and never blocks; seen slow only when the loop's thread waited for the GIL that the
 # waking thread still held while a busy machine preempted it. No code of the daemon's runs in it.
 LOOP_OWN = ("<bound method BaseSelectorEventLoop._read_from_self ",)
+# The default executor starting a worker thread (a to_thread when the pool grows): Thread.start waits for
+# the new thread to be scheduled once, a handshake of the interpreter's, long only on a busy machine.
+EXECUTOR_OWN = "_adjust_thread_count (thread.py"
 
 
 class SlowCallbacks:
@@ -27,7 +30,7 @@ class SlowCallbacks:
 
     def _report(self, step: SlowStep) -> None:
         coro = step.what.split(" ")[2] if step.what.startswith("task ") else ""
-        if step.what.startswith(LOOP_OWN):
+        if step.what.startswith(LOOP_OWN) or EXECUTOR_OWN in step.blocked_in:
             return
         if not coro.startswith(OWN_TASKS) and ".<locals>.setup" not in coro:
             self.seen.append(str(step))
