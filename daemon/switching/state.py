@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import datetime
 
 from daemon.core.profiles import LoadedProfile, ProfileSet
+from daemon.store.models import utcnow
 
 
 @dataclass
@@ -32,7 +33,7 @@ class SwitchState:
         if serving is None:
             return  # nothing is served: nothing to drain, no downtime a balancer would see
         if in_rotation:
-            self.out_at = datetime.now(UTC)
+            self.out_at = utcnow()
         self.park_from = serving
         if drain and serving.profile.drain:
             self.drain_from = serving
