@@ -5,6 +5,7 @@ times and emits 1 + k * acceptance tokens on average) varied over the fake engin
 from __future__ import annotations
 
 import itertools
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -81,11 +82,14 @@ def test_a_sweep_ranks_its_variants_as_the_engine_runs_them_and_promotes_the_bes
     best = "sweepy~spec-tokens=3,acceptance=0.8"
     assert sweep["best"] == best
     assert rows[best]["best"] is True
-    assert sweep["recommendation"].startswith(f"{best}: 1.2")  # 155 / 128 tok/s
+    # The ratio the engine's rates give (155 / 128 tok/s), as measured on a busy machine: within 10%.
+    ratio = re.match(rf"{re.escape(best)}: ([0-9.]+)x sweepy on ", sweep["recommendation"])
+    assert ratio is not None, sweep["recommendation"]
+    assert float(ratio.group(1)) == pytest.approx(expected(3, 0.8) / expected(3, 0.6), rel=0.1)
     assert "noise band ±5% (noise assumed: use repeats)" in sweep["recommendation"]
     assert sweep["promote"] == f"k25-ctl promote {exp_id} '{best}'"
     said = [e["detail"] or "" for e in api.run(exp_id)["events"]]
-    assert any(d.startswith(f"best: {best}: 1.2") for d in said), said  # the experiment says it too
+    assert any(d.startswith(f"best: {best}: {ratio.group(1)}x") for d in said), said  # the experiment too
     # The variants were profiles only while the sweep ran.
     listed = [x["name"] for x in api.client.get("/profiles").json()]
     assert not [n for n in listed if "~" in n]
