@@ -240,14 +240,17 @@ install_files() {
       act "profile $ETC/profiles.d/$(basename "$p")" install -m 0644 "$p" "$ETC/profiles.d/"
   done
   [ -e "$ETC/k25-ctl.toml" ] || act "settings $ETC/k25-ctl.toml" settings_file
-  [ -s "$ETC/token" ] || act "token $ETC/token (mode 0600)" new_token
-  if [ -e "$ETC/token" ] && [ "$(stat -c %a "$ETC/token")" != 600 ]; then
-    act "token $ETC/token: mode 0600 (was $(stat -c %a "$ETC/token"))" chmod 600 "$ETC/token"
-  fi
+  local t
+  for t in token capture-token; do # the admin's; the balancer's mirror's (write-only: capture)
+    [ -s "$ETC/$t" ] || act "$t $ETC/$t (mode 0600)" new_token "$ETC/$t"
+    if [ -e "$ETC/$t" ] && [ "$(stat -c %a "$ETC/$t")" != 600 ]; then
+      act "$t $ETC/$t: mode 0600 (was $(stat -c %a "$ETC/$t"))" chmod 600 "$ETC/$t"
+    fi
+  done
 }
 
 settings_file() { printf '# k25-ctl settings: every key is in daemon/core/settings.py\n' >"$ETC/k25-ctl.toml"; }
-new_token() { (umask 077 && "$py" -c 'import secrets; print(secrets.token_urlsafe(32))' >"$ETC/token"); }
+new_token() { (umask 077 && "$py" -c 'import secrets; print(secrets.token_urlsafe(32))' >"$1"); }
 
 # A top-level key: before the first [table] of the file, or at its end.
 add_adopt() {

@@ -29,6 +29,12 @@ class ProvenanceOut(Out):
     spec_hash: str | None = None
     prompt_hash: str | None = None
     k25_ctl_version: str | None = None
+    # A dataset's replay: which one, how its output lengths were chosen, and the pace of its arrivals.
+    dataset: str | None = None
+    dataset_sha256: str | None = None
+    output_lengths: str | None = None
+    ignore_eos: bool | None = None
+    pace: float | None = None
 
 
 class BenchmarkLevelOut(BaseModel):

@@ -122,12 +122,16 @@ def _allowed(app: FastAPI, request: Request) -> list[str]:
     return [m for n, m in found if n == fewest]
 
 
-PROMPT_PATHS = ("/benchmarks", "/experiments", "/plans")  # requests that may carry the operator's prompts
+# Requests that may carry the operator's prompts (a dataset's file).
+PROMPT_PATHS = ("/benchmarks", "/experiments", "/plans", "/datasets")
 
 
-def _body_limit(method: str, path: str, settings: Settings) -> int:
+def _body_limit(method: str, path: str, settings: Settings) -> int | None:
+    """None: the route reads the body under its own limit (the capture sink counts what it refuses)."""
     if method == "POST" and path in PROMPT_PATHS:
         return settings.max_prompts_body_bytes
+    if method == "POST" and path.startswith("/capture/v1/"):
+        return None
     return settings.max_body_bytes
 
 
@@ -163,8 +167,8 @@ class Edges:
             refusal = JSONResponse(
                 {"detail": f"host {name!r} is not allowed (allowed_hosts setting)"}, status_code=400
             )
-        elif not length.isdigit() or int(length) > (
-            limit := _body_limit(scope["method"], scope["path"], self.settings)
+        elif (limit := _body_limit(scope["method"], scope["path"], self.settings)) is not None and (
+            not length.isdigit() or int(length) > limit
         ):
             refusal = JSONResponse({"detail": f"request body over {limit} bytes"}, status_code=413)
 

@@ -118,17 +118,20 @@ async def run_level(
     timeout_s: float,
     seed: int = 0,
     on_done: Callable[[RequestRecord], None] | None = None,
+    arrivals: list[float] | None = None,
 ) -> LevelResult:
-    """Fixed concurrency (`rate` None), or Poisson arrivals at `rate` req/s capped by `concurrency`."""
+    """Fixed concurrency (`rate` None), Poisson arrivals at `rate` req/s, or the given `arrivals` (seconds
+    from the level's start: a captured pattern), capped by `concurrency`."""
     t0 = time.perf_counter()
     gate = asyncio.Semaphore(concurrency or len(requests) or 1)
     records: list[RequestRecord] = [RequestRecord(index=i, sent=0.0) for i in range(len(requests))]
-    arrivals = arrival_schedule(len(requests), rate, seed)
+    paced = arrivals is not None
+    at = arrivals if arrivals is not None else arrival_schedule(len(requests), rate, seed)
 
     async def one(i: int, req: Request) -> None:
-        if rate:
+        if rate or paced:
             # The schedule is absolute (t0 + arrival): a late wake-up never shifts the later arrivals.
-            await asyncio.sleep(max(0.0, t0 + arrivals[i] - time.perf_counter()))
+            await asyncio.sleep(max(0.0, t0 + at[i] - time.perf_counter()))
         async with gate:
             rec = await send(client, req, i, t0, timeout_s)
         records[i] = rec

@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 # With a single run per side there is no spread to measure: assume this much (and say so).
 ASSUMED_NOISE = 0.05
+# A category is judged on its own only with this many completed requests on each side.
+MIN_CATEGORY_REQUESTS = 10
 NOISE_FLOOR = 0.01
 LATENCIES = ("ttft", "tpot", "itl", "itl_per_token", "e2el")
 PROVENANCE = ("engine", "engine_version", "model", "drafter", "profile_sha256", "gpu_names", "driver")
@@ -37,6 +39,21 @@ class Measured:
 
 # What each level shows on the page's charts: its shape, throughput and median latencies.
 LEVEL_KEYS = ("max_concurrency", "request_rate", "output_throughput", "median_ttft_ms", "median_tpot_ms")
+
+
+@dataclass
+class CategoryRow:
+    """One prompt category of a profile's benchmark: its per-stream throughput (output tokens over its
+    requests' own time), latencies, acceptance from the streams, and its own verdict."""
+
+    requests: int
+    stream_tok_s: float | None
+    median_ttft_ms: float | None
+    median_tpot_ms: float | None
+    acceptance_length: float | None
+    acceptance_rate: float | None
+    speedup: float | None = None
+    verdict: str | None = None  # baseline | faster | slower | within noise | too few requests
 
 
 @dataclass
@@ -62,6 +79,10 @@ class Row:
     noise: float | None = None
     noise_assumed: bool = False
     verdict: str | None = None  # baseline | faster | slower | within noise
+    categories: dict[str, CategoryRow] = field(default_factory=dict)
+
+    # "1.31x on code, 0.74x on chat": the categories judged on their own.
+    per_category: str | None = None
 
 
 @dataclass
@@ -146,7 +167,29 @@ def _row(profile: str, group: list[Measured]) -> Row:
             for name in LATENCIES
         },
         predicted_length=predicted_below(s0),
+        categories=_categories(first),
     )
+
+
+def _categories(first: list[VllmSummary]) -> dict[str, CategoryRow]:
+    """Each category's figures, averaged over the repeats' first levels."""
+    names = sorted({name for s in first for name in (s.get("categories") or {})})
+    out = {}
+    for name in names:
+        cats = [c for s in first if (c := (s.get("categories") or {}).get(name))]
+
+        def avg(key: str, cats: list[StoredJson] = cats) -> float | None:
+            return mean([float(c[key]) for c in cats if c.get(key) is not None])
+
+        out[name] = CategoryRow(
+            requests=min(int(c.get("completed") or 0) for c in cats),
+            stream_tok_s=avg("stream_tok_s"),
+            median_ttft_ms=avg("median_ttft_ms"),
+            median_tpot_ms=avg("median_tpot_ms"),
+            acceptance_length=avg("acceptance_length"),
+            acceptance_rate=avg("acceptance_rate"),
+        )
+    return out
 
 
 PER_POSITION = "spec_decode_per_position_acceptance_rates"
@@ -247,12 +290,25 @@ def judge(
 
 
 def _verdict(row: Row, base: Row | None) -> None:
-    """The row's speedup over the baseline, the noise it is judged against, and the verdict."""
+    """The row's speedup over the baseline, the noise it is judged against, and the verdict; the same per
+    category (per-stream throughput) where both sides have enough requests of it."""
     if base is None or not base.output_throughput or row.output_throughput is None:
         return
+    is_base = row.profile == base.profile
     row.speedup, row.noise, row.noise_assumed, row.verdict = judge(
-        row.output_throughput / base.output_throughput,
-        row.throughput_cv,
-        base.throughput_cv,
-        is_base=row.profile == base.profile,
+        row.output_throughput / base.output_throughput, row.throughput_cv, base.throughput_cv, is_base=is_base
     )
+    for name, cat in row.categories.items():
+        other = base.categories.get(name)
+        if other is None or not other.stream_tok_s or cat.stream_tok_s is None:
+            continue
+        if min(cat.requests, other.requests) < MIN_CATEGORY_REQUESTS:
+            cat.verdict = "too few requests"
+            continue
+        cat.speedup, _, _, cat.verdict = judge(
+            cat.stream_tok_s / other.stream_tok_s, row.throughput_cv, base.throughput_cv, is_base=is_base
+        )
+    judged = sorted(
+        ((c.speedup, n) for n, c in row.categories.items() if c.speedup and not is_base), reverse=True
+    )
+    row.per_category = ", ".join(f"{x:.2f}x on {n}" for x, n in judged) or None  # the fastest first

@@ -11,7 +11,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass, field
 
 from daemon.benchmark.experiment_request import ExperimentRequest
-from daemon.benchmark.runner import BenchmarkRunner, Target
+from daemon.benchmark.measurement import Target
+from daemon.benchmark.runner import BenchmarkRunner
 from daemon.benchmark.spec import BenchmarkSpec
 from daemon.benchmark.sweep.ranking import parse_metric
 from daemon.benchmark.sweep.service import Plan, Sweeps
@@ -134,6 +135,7 @@ class Experiments:
         out of the balancer's rotation meanwhile (production traffic would count in its figures)."""
         with self.jobs.admit(JobKind.BENCHMARK, isolated=isolate) as slot:
             target = await self._target(spec.profile)
+            await asyncio.to_thread(self.runner.prompt_set, spec)  # a dataset that is not there: refused
             run_id = await self._new_benchmark_run(target, parent=target.serving_run_id)
             say = self._sayer(run_id, f"benchmark run {run_id} of {target.lp.profile.name}")
             slot.start(run_id, self.runner.run(run_id, spec, target, say=say))
@@ -173,6 +175,7 @@ class Experiments:
             if profiles.get(name) is None:
                 raise NotFound(f"no valid profile {name!r}")
         parse_metric(req.metric)
+        await asyncio.to_thread(self.runner.prompt_set, req.benchmark)  # before anything is switched
         if not req.vary:
             return None
         lp = profiles.get(req.profiles[0])

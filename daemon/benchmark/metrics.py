@@ -21,7 +21,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
-from daemon.core.jsontypes import RequestRow, VllmSummary
+from daemon.core.jsontypes import RequestRow, StoredJson, VllmSummary
 
 PERCENTILES = (90, 95, 99)
 
@@ -252,6 +252,48 @@ def summarize(records: list[RequestRecord], duration: float) -> VllmSummary:
     out["failures"] = dict(failures)
     out["errors"] = sorted({r.error for r in records if r.error})[:10]
     return out
+
+
+def decode_chunks(r: RequestRecord) -> list[int]:
+    """Tokens per decode step of one request, from its chunks (usage on every chunk): the first chunk (the
+    prefill's token) and the last (cut short by max_tokens) left out. An engine streams each step's tokens
+    as one chunk, so a speculative step shows 1 + its accepted drafts; vLLM may merge steps into one chunk
+    when the client falls behind, which only raises the figure."""
+    return r.chunk_tokens[1:-1] if r.chunk_tokens and len(r.chunk_tokens) > 2 else []
+
+
+def by_category(records: list[RequestRecord], categories: list[str], drafts: int | None) -> StoredJson:
+    """Per prompt category: requests, per-stream throughput (a category's output tokens over its requests'
+    own time: comparable across profiles, unlike its share of the level's), TTFT, TPOT, and acceptance
+    length and rate from the streams' chunks (`drafts` tokens drafted a step; the engine's counters cannot
+    tell categories apart)."""
+    out: StoredJson = {}
+    for cat in sorted(set(categories)):
+        mine = [r for r, c in zip(records, categories, strict=True) if c == cat]
+        done = [r for r in mine if r.ok and r.e2el]
+        seconds = sum(r.e2el or 0.0 for r in done)
+        tpot = [
+            (r.e2el - r.ttft) / (r.output_tokens - 1)
+            for r in done
+            if r.output_tokens > 1 and r.e2el is not None and r.ttft is not None
+        ]
+        steps = [k for r in done for k in decode_chunks(r)]
+        length = sum(steps) / len(steps) if steps else None
+        out[cat] = {
+            "requests": len(mine),
+            "completed": len(done),
+            "output_tokens": sum(r.output_tokens for r in done),
+            "stream_tok_s": sum(r.output_tokens for r in done) / seconds if seconds > 0 else None,
+            "median_ttft_ms": _median_ms([r.ttft for r in done if r.ttft is not None]),
+            "median_tpot_ms": _median_ms(tpot),
+            "acceptance_length": length,
+            "acceptance_rate": (length - 1) / drafts if length is not None and drafts else None,
+        }
+    return out
+
+
+def _median_ms(values: list[float]) -> float | None:
+    return percentile(values, 50) * 1000.0 if values else None
 
 
 def _max_tokens_per_s(done: list[RequestRecord]) -> float:

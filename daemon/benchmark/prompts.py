@@ -1,14 +1,18 @@
 """Prompt sets: a built-in set written for this project (chat, code, math, long reasoning), synthetic
-prompts of a given length, or the operator's own. A per-run salt keeps reruns out of the prefix cache."""
+prompts of a given length, the operator's own, or a stored dataset replayed (its prompts, parameters,
+categories, output lengths and arrivals). A per-run salt keeps reruns out of the prefix cache."""
 
 from __future__ import annotations
 
 import hashlib
 import random
 import secrets
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from daemon.benchmark.spec import BenchmarkSpec
+from daemon.core.jsontypes import RequestBody, StoredJson
+from daemon.datasets.service import Replay
+from daemon.datasets.shapes import Endpoint, prompt_text
 
 BUILTIN: tuple[tuple[str, str], ...] = (
     ("chat", "Explain to a new operator what a GPU inference server does, in three short paragraphs."),
@@ -53,6 +57,25 @@ _WORDS = (
 class Prompt:
     text: str
     category: str
+    # A dataset's request: its endpoint, body (prompt or messages, and params), length and arrival.
+    endpoint: Endpoint | None = None
+    body: RequestBody | None = None
+    output_tokens: int | None = None
+    offset_s: float | None = None
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """The prompts of one benchmark, one per measured request, with the hash compare matches on and what
+    the benchmark's provenance says of them."""
+
+    prompts: list[Prompt]
+    hash: str
+    provenance: StoredJson = field(default_factory=dict)
+
+    @property
+    def categories(self) -> list[str]:
+        return [p.category for p in self.prompts]
 
 
 def base_prompts(spec: BenchmarkSpec) -> list[Prompt]:
@@ -76,6 +99,40 @@ def prompt_set_hash(spec: BenchmarkSpec) -> str:
         h.update(p.text.encode())
         h.update(b"\0")
     return h.hexdigest()[:16]
+
+
+def builtin_set(spec: BenchmarkSpec) -> PromptSet:
+    return PromptSet(base_prompts(spec), prompt_set_hash(spec))
+
+
+def replay_set(spec: BenchmarkSpec, replay: Replay) -> PromptSet:
+    """`num_prompts` requests of the dataset in its order (cycled when it has fewer; a cycle's arrivals
+    follow the previous one's), each with its own parameters and length: the dataset's where it knows it
+    (imported, or the engine's mean over a captured window), else the request's own max_tokens, else the
+    spec's; never more than the spec's max_tokens."""
+    if spec.pace is not None and not replay.paced:
+        raise ValueError(f"dataset {replay.name!r} has no arrival times: pace needs a captured dataset")
+    items = replay.prompts
+    offsets = [p.offset_s or 0.0 for p in items]
+    span = offsets[-1] + (offsets[-1] / (len(items) - 1) if len(items) > 1 else 1.0)
+    out = []
+    for i in range(spec.num_prompts):
+        p = items[i % len(items)]
+        params = p.body.get("params") or {}
+        own = params.get("max_tokens") or params.get("max_completion_tokens")
+        mean = round(replay.output_mean) if replay.output_mean else None
+        length = min(spec.max_tokens, int(p.output_tokens or mean or own or spec.max_tokens))
+        offset = None if p.offset_s is None else p.offset_s + (i // len(items)) * span
+        out.append(Prompt(prompt_text(p.body), p.category or "-", p.endpoint, p.body, length, offset))
+    h = hashlib.sha256(f"{replay.sha256}:{spec.num_prompts}".encode()).hexdigest()[:16]
+    provenance: StoredJson = {
+        "dataset": replay.name,
+        "dataset_sha256": replay.sha256,
+        "output_lengths": f"{replay.lengths}; at most max_tokens ({spec.max_tokens})",
+        "ignore_eos": spec.eos_ignored,
+        "pace": spec.pace,
+    }
+    return PromptSet(out, h, provenance)
 
 
 def new_salt() -> str:

@@ -10,6 +10,7 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
+BUILT_IN = ("builtin", "random", "custom")
 Level = Annotated[int, Field(ge=1, le=4096)]
 Rate = Annotated[float, Field(gt=0, le=100_000)]
 PromptText = Annotated[str, Field(min_length=1, max_length=100_000)]
@@ -23,8 +24,21 @@ CUSTOM_RULE: JsonDict = {
 }
 
 
+# And of the pace rule: a paced replay names a stored dataset, and sets no request rate.
+PACE_RULE: JsonDict = {
+    "if": {"required": ["pace"], "properties": {"pace": {"type": "number"}}},
+    "then": {
+        "required": ["dataset"],
+        "properties": {
+            "dataset": {"not": {"enum": list(BUILT_IN)}},
+            "request_rate": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]},
+        },
+    },
+}
+
+
 class BenchmarkSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra=CUSTOM_RULE)
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"allOf": [CUSTOM_RULE, PACE_RULE]})
 
     profile: str | None = Field(None, description="the profile to measure (default and only: the active one)")
     concurrency: list[Level] = Field(
@@ -35,11 +49,25 @@ class BenchmarkSpec(BaseModel):
     )
     max_concurrency: Level | None = Field(None, description="cap on requests in flight at a request rate")
     num_prompts: int = Field(16, ge=1, le=100_000, description="measured requests per level")
-    max_tokens: int = Field(128, ge=1, le=131_072, description="output tokens per request")
+    max_tokens: int = Field(
+        128, ge=1, le=131_072, description="output tokens per request (a dataset: the most per request)"
+    )
     warmups: int = Field(1, ge=0, le=1000, description="requests before each level, not counted")
     temperature: float = Field(0.0, ge=0, le=2)
     endpoint: Literal["completions", "chat"] = "completions"
-    dataset: Literal["builtin", "random", "custom"] = "builtin"
+    dataset: str = Field(
+        "builtin",
+        pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$",
+        description="builtin, random, custom (with prompts), or a stored dataset's name (k25-ctl datasets): "
+        "its own prompts, sampling parameters, categories and output lengths",
+    )
+    pace: float | None = Field(
+        None,
+        gt=0,
+        le=1000,
+        description="a captured dataset at its own arrival times, this many times faster (1: as captured); "
+        "in place of the load levels",
+    )
     input_len: int = Field(128, ge=1, le=131_072, description="random: prompt length (words ~ tokens)")
     ignore_eos: bool | None = Field(None, description="default: on for the random dataset")
     prompts: list[PromptText] | None = Field(None, max_length=20_000, description="custom: the prompts")
@@ -53,14 +81,27 @@ class BenchmarkSpec(BaseModel):
             raise ValueError("dataset 'custom' needs prompts (a list of strings)")
         if self.dataset != "custom" and self.prompts:
             raise ValueError(f"prompts are given but dataset is {self.dataset!r}: use dataset 'custom'")
+        if self.pace is not None and not self.stored:
+            raise ValueError("pace replays a captured dataset's arrivals: name the dataset")
+        if self.pace is not None and self.request_rate:
+            raise ValueError("pace and request_rate both set the arrivals: give one")
         return self
 
     @property
+    def stored(self) -> bool:
+        """A stored dataset (not one of the built-in sources) is replayed."""
+        return self.dataset not in BUILT_IN
+
+    @property
     def eos_ignored(self) -> bool:
-        return self.ignore_eos if self.ignore_eos is not None else self.dataset == "random"
+        """On by default where the lengths are chosen: random prompts, and a dataset's replay."""
+        return self.ignore_eos if self.ignore_eos is not None else self.dataset == "random" or self.stored
 
     def levels(self) -> list[tuple[int | None, float | None]]:
-        """(concurrency, request rate) per level: concurrency levels, or rates capped by max_concurrency."""
+        """(concurrency, request rate) per level: concurrency levels, or rates capped by max_concurrency; a
+        paced replay is one level (its arrivals capped by max_concurrency)."""
+        if self.pace is not None:
+            return [(self.max_concurrency, None)]
         if self.request_rate:
             return [(self.max_concurrency, r) for r in self.request_rate]
         return [(c, None) for c in self.concurrency]

@@ -71,7 +71,21 @@ def spec(args: argparse.Namespace) -> ApiJson:
         out["dataset"] = args.dataset
     if args.input_len:
         out["input_len"] = args.input_len
+    if args.pace is not None:
+        out["pace"] = args.pace
     return out
+
+
+def _pace(text: str) -> float:
+    """`captured` -> 1, `capturedx4` -> 4: the replay's speed-up over the captured arrivals."""
+    if text == "captured":
+        return 1.0
+    if text.startswith("capturedx"):
+        try:
+            return float(text.removeprefix("capturedx"))
+        except ValueError:
+            pass
+    raise argparse.ArgumentTypeError(f"expected captured or capturedxN (e.g. capturedx4), not {text!r}")
 
 
 def follow(c: Client, run_id: int, *, as_json: bool, indent: str = "  ") -> str:
@@ -179,10 +193,29 @@ def compare(args: argparse.Namespace) -> int:
             f"{figure(lat['itl']['p99'], '.2f'):>8} {figure(r['acceptance_length'], '.2f'):>8} "
             f"{figure(r['acceptance_rate'], '.3f'):>8}  " + ",".join(str(i) for i in r["run_ids"])
         )
+    lines += [f"{r['profile']}: {r['per_category']}" for r in cmp["rows"] if r.get("per_category")]
+    lines += _category_table(cmp["rows"])
     lines += [f"note: {n}" for n in cmp["notes"]]
     lines += [f"known answer of {a['profile']} {a['text']}" for a in cmp.get("answers") or []]
     emit(args, cmp, "\n".join(lines))
     return EXIT_OK
+
+
+def _category_table(rows: list[ApiJson]) -> list[str]:
+    """Per prompt category of each profile: requests, per-stream tok/s, TPOT, acceptance, verdict."""
+    if not any(r.get("categories") for r in rows):
+        return []
+    head = f"{'profile':18} {'category':10} {'reqs':>5} {'tok/s':>8} {'TPOT p50':>9} {'acc len':>8}"
+    out = [f"{head} {'speedup':>8}"]
+    for r in rows:
+        for name, cat in (r.get("categories") or {}).items():
+            speedup = figure(cat["speedup"], ".2f") + "x" if cat.get("speedup") else "-"
+            out.append(
+                f"{r['profile']:18} {name:10} {cat['requests']:>5} {figure(cat['stream_tok_s']):>8} "
+                f"{figure(cat['median_tpot_ms'], '.2f'):>9} {figure(cat['acceptance_length'], '.2f'):>8} "
+                f"{speedup:>8} {cat.get('verdict') or ''}"
+            )
+    return out
 
 
 def benchmarks(args: argparse.Namespace) -> int:
@@ -221,6 +254,12 @@ def benchmark(args: argparse.Namespace) -> int:
                 else ""
             )
         )
+        for name, cat in (s.get("categories") or {}).items():
+            tpot, length = figure(cat["median_tpot_ms"], ".2f"), figure(cat["acceptance_length"], ".2f")
+            lines.append(
+                f"    {name}: {cat['completed']}/{cat['requests']} ok, {figure(cat['stream_tok_s'])} tok/s a "
+                f"stream, TPOT p50 {tpot} ms, acc len {length}"
+            )
         if predicted := lv.get("predicted_acceptance_length"):
             drafted = len(s.get("spec_decode_per_position_acceptance_rates") or [])
             guesses = ", ".join(f"at k={k} ~{v:.2f}" for k, v in predicted.items())
@@ -241,7 +280,16 @@ def _load_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--max-tokens", type=int, default=128, help="output tokens per request (default 128)")
     p.add_argument("--warmups", type=int, default=1, help="warm-up requests per level, not counted")
     p.add_argument("--endpoint", choices=("completions", "chat"), default="completions")
-    p.add_argument("--dataset", choices=("builtin", "random"), help="prompts (default: the built-in set)")
+    p.add_argument(
+        "--dataset",
+        help="prompts: builtin (default), random, or a stored dataset (k25-ctl datasets): its own prompts, "
+        "parameters, categories and lengths",
+    )
+    p.add_argument(
+        "--pace",
+        type=_pace,
+        help="a captured dataset at its own arrival times: captured, or capturedxN (N times faster)",
+    )
     p.add_argument("--input-len", type=int, help="random dataset: prompt length")
     p.add_argument("--prompts", type=Path, help='your JSONL: one {"prompt": ...} per line')
     p.add_argument("--wait", action="store_true", help="follow it with progress bars (exit 0 ok, 3 not)")

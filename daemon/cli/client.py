@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, BinaryIO
 
 import httpx
 
@@ -59,8 +59,30 @@ class Client:
         r = self.http.post(path, params={k: v for k, v in params.items() if v is not None}, json=body)
         return r.status_code, self._check(r)
 
-    def delete(self, path: str) -> None:
-        self._check(self.http.delete(path))
+    def delete(self, path: str) -> Any:
+        return self._check(self.http.delete(path))
+
+    def upload(self, path: str, data: bytes, **params: Any) -> Any:
+        """A file as the request body (POST), e.g. a dataset to import."""
+        r = self.http.post(
+            path,
+            params={k: v for k, v in params.items() if v is not None},
+            content=data,
+            headers={"Content-Type": "application/octet-stream"},
+        )
+        return self._check(r)
+
+    def download(self, path: str, out: BinaryIO) -> int:
+        """A streamed answer written to `out` as it comes; returns its lines."""
+        lines = 0
+        with self.http.stream("GET", path, timeout=httpx.Timeout(30.0, read=None)) as r:
+            if r.status_code >= 400:
+                r.read()
+                self._check(r)
+            for chunk in r.iter_bytes():
+                out.write(chunk)
+                lines += chunk.count(b"\n")
+        return lines
 
     def events(self, path: str) -> Iterator[ApiJson]:
         """The data of each server-sent event, as it arrives."""

@@ -8,7 +8,7 @@ import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field
+from pydantic import BaseModel, ConfigDict, Field
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -41,8 +41,27 @@ def installed() -> bool:
     return "K25_CONFIG" in os.environ or DEFAULT_CONFIG_FILE.exists()
 
 
+class CaptureSettings(BaseModel):
+    """The capture sink (`[capture]` in k25-ctl.toml; K25_CAPTURE__ENABLED=1 ...): copies of production
+    requests, mirrored by the balancer, kept to replay as a dataset. Off by default."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = False
+    token_file: Path | None = None  # default: <config_dir>/capture-token (write-only: it reads nothing)
+    sample_rate: float = Field(default=1.0, gt=0, le=1)  # the share of mirrored requests kept
+    max_body_bytes: int = Field(default=1024 * 1024, gt=0)  # a larger request is not kept
+    max_rows: int = Field(default=100_000, ge=1)  # then the oldest are dropped
+    max_bytes: int = Field(default=256 * 1024**2, ge=1024)  # of kept request bodies; then the oldest go
+    retention_days: float = Field(default=7.0, gt=0)
+    category_header: str = "X-K25-Category"  # set by the balancer (e.g. from the route): the category
+    max_pending: int = Field(default=20_000, ge=1)  # kept in memory before the next write; then dropped
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="K25_", extra="forbid", env_ignore_empty=True)
+    model_config = SettingsConfigDict(
+        env_prefix="K25_", extra="forbid", env_ignore_empty=True, env_nested_delimiter="__"
+    )
 
     config_dir: Path = Path("/etc/k25-ctl")
     profiles_dir: Path | None = None  # default: <config_dir>/profiles.d
@@ -123,6 +142,8 @@ class Settings(BaseSettings):
     # A sweep's variants (the product of its axes' values) at most.
     max_variants: int = Field(default=12, ge=1, le=100)
 
+    capture: CaptureSettings = Field(default_factory=CaptureSettings)
+
     # Derived paths follow config_dir/state_dir unless set on their own.
     @property
     def profiles_path(self) -> Path:
@@ -131,6 +152,10 @@ class Settings(BaseSettings):
     @property
     def token_path(self) -> Path:
         return self.token_file or self.config_dir / "token"
+
+    @property
+    def capture_token_path(self) -> Path:
+        return self.capture.token_file or self.config_dir / "capture-token"
 
     @property
     def database_path(self) -> Path:

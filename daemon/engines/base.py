@@ -301,18 +301,32 @@ class Engine(ABC):
         chat: bool,
     ) -> tuple[str, RequestBody]:
         """One benchmark request: streamed, usage on every chunk (tokens per chunk) and at the end."""
+        body = self._streamed(profile, max_tokens, ignore_eos) | {"temperature": temperature}
+        if chat:
+            return "/v1/chat/completions", body | {"messages": [{"role": "user", "content": prompt}]}
+        return "/v1/completions", body | {"prompt": prompt}
+
+    def replay_request(
+        self, profile: Profile, path: str, request: RequestBody, *, max_tokens: int, ignore_eos: bool
+    ) -> tuple[str, RequestBody]:
+        """A dataset's request sent again: its prompt or messages and its own sampling parameters (what it
+        did not set stays the engine's default, as in production), streamed as a benchmark request is, to
+        the profile's model, `max_tokens` long."""
+        params = {k: v for k, v in (request.get("params") or {}).items() if k != "max_completion_tokens"}
+        body = self._streamed(profile, max_tokens, ignore_eos) | params | {"max_tokens": max_tokens}
+        key = "messages" if "messages" in request else "prompt"
+        return path, body | {key: request[key]}
+
+    def _streamed(self, profile: Profile, max_tokens: int, ignore_eos: bool) -> RequestBody:
         body: RequestBody = {
             "model": profile.served_model_name or profile.model,
             "max_tokens": max_tokens,
-            "temperature": temperature,
             "stream": True,
             "stream_options": {"include_usage": True, "continuous_usage_stats": True},
         }
         if ignore_eos:
             body["ignore_eos"] = True  # both engines' extension: generate exactly max_tokens
-        if chat:
-            return "/v1/chat/completions", body | {"messages": [{"role": "user", "content": prompt}]}
-        return "/v1/completions", body | {"prompt": prompt}
+        return body
 
     def version_path(self) -> str | None:
         """Where the engine says its version (None: it does not)."""

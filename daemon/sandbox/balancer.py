@@ -96,7 +96,7 @@ def haproxy(hosts: list[Host], port: int, *, inter: str = "1s", within_s: float 
     proxy = Haproxy(port, folder, process)
     try:
         deadline = time.monotonic() + within_s
-        while not (folder / "admin.sock").exists() or not _accepts(port):
+        while not (folder / "admin.sock").exists() or not accepts(port):
             if process.poll() is not None or time.monotonic() > deadline:
                 raise K25Error(f"haproxy did not come up: {(folder / 'haproxy.log').read_text()}")
             time.sleep(0.05)
@@ -107,7 +107,7 @@ def haproxy(hosts: list[Host], port: int, *, inter: str = "1s", within_s: float 
         log.close()
 
 
-def _accepts(port: int) -> bool:
+def accepts(port: int) -> bool:
     with socket.socket() as s:
         return s.connect_ex(("127.0.0.1", port)) == 0
 

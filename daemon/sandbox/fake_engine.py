@@ -23,7 +23,7 @@ from daemon.engines import base
 from daemon.engines import sglang as sg
 from daemon.engines import vllm as vl
 from daemon.host.pagecache import resident_bytes
-from daemon.sandbox.fake_http import FakeConfig, build_app
+from daemon.sandbox.fake_http import FakeConfig, build_app, parse_topics
 from daemon.sandbox.fake_park import ParkConfig
 from daemon.sandbox.fake_procs import (
     PARK_SIGNAL,
@@ -73,6 +73,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--position-acceptance",
         default="",
         help="per-position acceptance rates p0,p1,... (non-increasing; replaces --acceptance)",
+    )
+    p.add_argument(
+        "--topic-acceptance",
+        default="",
+        help="acceptance by the prompt's topic, e.g. code=0.7,chat=0.1 (others: --acceptance)",
     )
     p.add_argument(
         "--draft-cost",
@@ -275,6 +280,7 @@ def main(argv: list[str] | None = None) -> int:
         acceptance=args.acceptance,
         position_acceptance=tuple(float(x) for x in args.position_acceptance.split(",") if x),
         draft_cost=args.draft_cost,
+        topic_acceptance=parse_topics(args.topic_acceptance),
         warmup_s=args.warmup_seconds if args.flavor == "sglang" else 0.0,
         deadlock="deadlock" in args.fault,
         crash_after=args.fault_after if "crash-after-ready" in args.fault else None,

@@ -8,10 +8,11 @@ import asyncio
 import contextlib
 import json
 import os
+import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from starlette.applications import Starlette
@@ -50,6 +51,34 @@ class FakeConfig:
     # What drafting costs: a step of k drafts takes (1 + draft_cost * k) / rate seconds and emits 1 +
     # accepted tokens (0: the stream runs at `rate` tokens/s whatever is accepted).
     draft_cost: float = 0.0
+    # Acceptance by the prompt's topic (in place of `acceptance` for prompts of a listed topic): a drafter
+    # accepts far more on code than on chat, so a verdict depends on the traffic it is measured on.
+    topic_acceptance: dict[str, float] = field(default_factory=dict)
+
+    def acceptance_for(self, prompt: str) -> float:
+        return self.topic_acceptance.get(topic_of(prompt), self.acceptance)
+
+
+# What makes a prompt "code" to the fake drafter: words and marks of programming requests.
+_CODE = re.compile(
+    r"\b(def|class|function|python|bash|script|implement|return|import|select|code|compile|regex|sql)\b"
+    r"|```|[{};]",
+    re.IGNORECASE,
+)
+
+
+def topic_of(prompt: str) -> str:
+    """The fake drafter's idea of a prompt's topic: code, or chat (everything else)."""
+    return "code" if _CODE.search(prompt) else "chat"
+
+
+def parse_topics(text: str) -> dict[str, float]:
+    """`code=0.7,chat=0.1` -> {"code": 0.7, "chat": 0.1}."""
+    out: dict[str, float] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        topic, _, value = part.partition("=")
+        out[topic.strip()] = float(value)
+    return out
 
 
 class _NoWorkers:
@@ -68,12 +97,27 @@ def _counter(name: str) -> str:
     return name.removesuffix("_total")
 
 
+class Draw:
+    """One request's drafts made deterministic: each step accepts k*acceptance tokens on average, the
+    fractions carried over (per request: concurrent requests of other topics do not mix). The carry starts
+    at one half: a request's accepted total is rounded, not floored, so the counters' rate stays unbiased."""
+
+    def __init__(self, acceptance: float) -> None:
+        self.acceptance = acceptance
+        self.carry = 0.5
+
+    def accepted(self, k: int) -> int:
+        self.carry += k * self.acceptance
+        n = min(k, int(self.carry))
+        self.carry -= n
+        return n
+
+
 class Stats:
-    """Speculative decoding made deterministic: each step accepts k*acceptance tokens on average."""
+    """The engine's counters, gauges and histograms, with its real metric names."""
 
     def __init__(self, cfg: FakeConfig) -> None:
         self.cfg = cfg
-        self.carry = 0.0
         self.steps = 0
         self.tokens = 0
         self.started = 0  # requests that asked for tokens
@@ -116,9 +160,10 @@ class Stats:
             self.accept_rate = Gauge(sg.M_ACCEPT_RATE, "accept rate", keys, registry=r).labels(**labels)
             self.throughput = Gauge(sg.M_THROUGHPUT, "throughput", keys, registry=r).labels(**labels)
 
-    def step(self, room: int) -> int:
-        """One decode step: how many tokens it emits (1 + accepted drafts, at most `room`: the request's
-        end). vLLM's counters count every accepted draft; SGLang's lifetime mean counts emitted tokens."""
+    def step(self, room: int, draw: Draw) -> int:
+        """One decode step of a request: how many tokens it emits (1 + accepted drafts, at most `room`: the
+        request's end). vLLM's counters count every accepted draft; SGLang's lifetime mean counts emitted
+        tokens."""
         k = self.cfg.spec_tokens
         accepted = 0
         if k and self.cfg.position_acceptance:
@@ -127,9 +172,7 @@ class Stats:
             u = (self.steps * GOLDEN) % 1.0
             accepted = sum(1 for p in self.cfg.position_acceptance[:k] if u < p)
         elif k:
-            self.carry += k * self.cfg.acceptance
-            accepted = min(k, int(self.carry))
-            self.carry -= accepted
+            accepted = draw.accepted(k)
         if k and self.cfg.flavor == "vllm":
             self.drafts.inc()
             self.draft_tokens.inc(k)
@@ -236,15 +279,16 @@ class _FakeServer:
         }
         return JSONResponse({"version": FAKE_VERSION, "internal_states": [state]})
 
-    async def tokens(self, max_tokens: int) -> AsyncIterator[int]:
+    async def tokens(self, max_tokens: int, prompt: str) -> AsyncIterator[int]:
         cfg, stats = self.cfg, self.stats
+        draw = Draw(cfg.acceptance_for(prompt))
         stats.started += 1
         if cfg.deadlock or (cfg.hang_after is not None and stats.started > cfg.hang_after):
             await self.hang.wait()
         produced, steps, began = 0, 0, time.monotonic()
         step_s = (1 + cfg.draft_cost * cfg.spec_tokens) / cfg.rate
         while produced < max_tokens:
-            n = stats.step(max_tokens - produced)
+            n = stats.step(max_tokens - produced, draw)
             steps += 1
             # The simulated decode time of this step, paced against the request's start so that sleep
             # overshoot does not add up: the stream runs at `rate` tokens/s (or steps of step_s).
@@ -256,6 +300,7 @@ class _FakeServer:
 
     def _lose_drafter(self) -> None:
         self.cfg.acceptance = 0.0
+        self.cfg.topic_acceptance = {}
 
     async def complete(self, request: Request) -> Response:
         if self.park is not None and self.park.sleeping:
@@ -277,6 +322,7 @@ class _Completion:
         self.chat = chat
         self.max_tokens = int(body.get("max_tokens") or body.get("max_completion_tokens") or 16)
         prompt = body.get("prompt") or json.dumps(body.get("messages", ""))
+        self.prompt = str(prompt)
         self.prompt_tokens = max(1, len(str(prompt).split()))
         self.key = prompt_key(body)  # the greedy answer depends on it
         self.stats.prompt.inc(self.prompt_tokens)
@@ -337,7 +383,7 @@ class _Completion:
         """Each decode step's chunk with the tokens produced so far (TTFT and ITL observed as they go)."""
         continuous = bool(self.options.get("include_usage") and self.options.get("continuous_usage_stats"))
         last, produced = began, 0
-        async for n in self.server.tokens(self.max_tokens):
+        async for n in self.server.tokens(self.max_tokens, self.prompt):
             now = time.monotonic()
             (self.stats.ttft if produced == 0 else self.stats.itl).observe(now - last)
             last = now
@@ -351,7 +397,7 @@ class _Completion:
     async def whole(self) -> RequestBody:
         produced = 0
         async with self.server.slot():
-            async for n in self.server.tokens(self.max_tokens):
+            async for n in self.server.tokens(self.max_tokens, self.prompt):
                 produced += n
         _count_request(self.stats, self.cfg)
         ids = token_ids(self.server.weights, self.key, 0, produced)

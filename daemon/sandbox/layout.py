@@ -268,10 +268,10 @@ def write_tree(
     for i in range(GPU_COUNT):
         (dev / f"nvidia{i}").write_bytes(b"\0" * 4096)
     (dev / "nvidiactl").write_bytes(b"\0" * 4096)
-    token = etc / "token"
-    fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    os.write(fd, secrets.token_urlsafe(32).encode() + b"\n")
-    os.close(fd)
+    for token in (etc / "token", etc / "capture-token"):  # the admin's, and the balancer's mirror's
+        fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, secrets.token_urlsafe(32).encode() + b"\n")
+        os.close(fd)
     ports = {}
     for name, fake in SANDBOX_PROFILES.items():
         ports[name] = free_port()

@@ -20,9 +20,11 @@ from daemon.benchmark.experiments import Experiments
 from daemon.benchmark.runner import BenchmarkRunner
 from daemon.benchmark.schedules import Schedules
 from daemon.benchmark.sweep.service import Sweeps
+from daemon.capture.sink import CaptureSink
 from daemon.core.command import k25_command
 from daemon.core.hoststate import StateHub
 from daemon.core.settings import Settings
+from daemon.datasets.service import Datasets
 from daemon.host.pagecache import PageCache, mem_available
 from daemon.parking.known_answer import KnownAnswers
 from daemon.parking.service import Parking
@@ -33,6 +35,7 @@ from daemon.serving.retention import retention
 from daemon.serving.units import UnitFollower
 from daemon.serving.watch import ServingWatch
 from daemon.startup.machine import HostPorts, hardware
+from daemon.startup.replay import Replay, build_replay
 from daemon.status.exporter import K25Collector
 from daemon.status.inventory import Inventory
 from daemon.status.sampler import HostSampler
@@ -68,6 +71,7 @@ class Services:
     answers: KnownAnswers
     policies: Policies
     jobs: Jobs
+    capture: CaptureSink
     controllers: Controllers
 
     @property
@@ -91,7 +95,10 @@ class Services:
         self.policies.start()
         await self.sampler.start()
         self.warms.start_refresh()
+        self.capture.start()
         warnings = [f"runs database: {self.store.recovered}"] if self.store.recovered else []
+        if self.capture.enabled and self.capture.token is None:
+            warnings.append(f"capture is on but has no token: {self.settings.capture_token_path}")
         if access := await asyncio.to_thread(self.host.teardown.access_problem):
             warnings.append(access)
         for w in warnings:
@@ -105,6 +112,7 @@ class Services:
         await self.policies.close()
         await self.warms.close()
         await self.jobs.close()
+        await self.capture.close()
         await self.sampler.close()
         await self.recorder.close()
         log.info("stopping; engine units keep running")
@@ -166,11 +174,12 @@ async def build(settings: Settings, host: HostPorts) -> Services:
     )
     switcher = _switcher(b, watch, units, warms, parking, answers)
     policies = Policies(s, recorder.hub, incidents, switcher)
-    bench = _bench(b, switcher, warms, watch, answers)
+    replay = build_replay(s, recorder.store, serving_store)
+    bench = _bench(b, switcher, warms, watch, answers, replay.datasets.datasets)
     serving = _Serving(watch, units, sampler, policies)
-    controllers = _controllers(b, serving, warms, switcher, parking, answers, bench)
+    controllers = _controllers(b, serving, warms, switcher, parking, answers, bench, replay)
     parts = (recorder, inventory, watch, units, sampler, warms, switcher, answers, policies, jobs)
-    return Services(s, host, store, *parts, controllers)
+    return Services(s, host, store, *parts, replay.capture.sink, controllers)
 
 
 def _parking(b: _Basics, answers: KnownAnswers, warmer: Warmer) -> Parking:
@@ -249,6 +258,7 @@ def _controllers(
     parking: Parking,
     answers: KnownAnswers,
     bench: BenchController,
+    replay: Replay,
 ) -> Controllers:
     recorder, watch, units = b.recorder, serving.watch, serving.units
     maintenance = MaintenanceTeardown(
@@ -289,7 +299,8 @@ def _controllers(
         runs=runs,
         default_profile=b.s.default_profile,
     )
-    return Controllers(status, profiles, runs, TeardownController(maintenance), bench)
+    teardown = TeardownController(maintenance)
+    return Controllers(status, profiles, runs, teardown, bench, replay.capture, replay.datasets)
 
 
 def _sampler(b: _Basics, serving_store: ServingStore) -> HostSampler:
@@ -305,12 +316,21 @@ def _sampler(b: _Basics, serving_store: ServingStore) -> HostSampler:
 
 
 def _bench(
-    b: _Basics, switcher: Switcher, warms: WarmService, watch: ServingWatch, answers: KnownAnswers
+    b: _Basics,
+    switcher: Switcher,
+    warms: WarmService,
+    watch: ServingWatch,
+    answers: KnownAnswers,
+    datasets: Datasets,
 ) -> BenchController:
     s, recorder = b.s, b.recorder
     bench_store = BenchStore(recorder.store)
     runner = BenchmarkRunner(
-        recorder=recorder, bench_store=bench_store, http=b.host.bench_http, hardware=hardware(b.host.gpus)
+        recorder=recorder,
+        bench_store=bench_store,
+        http=b.host.bench_http,
+        hardware=hardware(b.host.gpus),
+        datasets=datasets.replay,
     )
     sweeps = Sweeps(
         bench_store=bench_store,

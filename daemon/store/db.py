@@ -15,6 +15,8 @@ from alembic.config import Config
 from sqlalchemy import Engine, event
 from sqlmodel import create_engine
 
+WAL_LIMIT_BYTES = 16 * 1024**2
+
 
 def migrations_dir() -> Path:
     """The source tree's migrations/, or the copy an installed package carries under its prefix."""
@@ -72,6 +74,9 @@ def make_engine(path: Path) -> Engine:
         cur.execute("PRAGMA journal_mode=WAL")
         cur.execute("PRAGMA foreign_keys=ON")
         cur.execute("PRAGMA synchronous=NORMAL")
+        # The WAL is cut back to this after a checkpoint: a flood of captured requests (written, then
+        # dropped by the caps) must not leave a WAL of its peak size behind.
+        cur.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}")
         cur.close()
 
     return engine

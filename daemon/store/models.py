@@ -187,3 +187,52 @@ class KnownAnswer(SQLModel, table=True):
     run_id: int
     recorded_at: datetime = Field(default_factory=utcnow)
     answers: str  # JSON [{kind, prompt, text, tokens}]
+
+
+class Captured(SQLModel, table=True):
+    """A production request mirrored by the balancer and sampled (capture): what a replay needs, no header
+    and no key. `body`: JSON {"prompt" | "messages", "params": sampling parameters}."""
+
+    __tablename__ = "captured"
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: float = Field(index=True)  # arrival, Unix seconds
+    endpoint: str  # completions | chat
+    model: str | None = None
+    category: str | None = None
+    size: int  # bytes of `body` (before it: the caps read sizes without reading bodies)
+    body: str
+
+
+class Dataset(SQLModel, table=True):
+    """A named prompt set for benchmarks: a captured window, or an imported file."""
+
+    __tablename__ = "datasets"
+
+    id: int | None = Field(default=None, primary_key=True)
+    name: str = Field(unique=True)
+    source: str  # capture | openai | sharegpt
+    created_at: datetime = Field(default_factory=utcnow)
+    prompts: int
+    categories: str  # JSON {category: prompts}
+    sha256: str  # of the prompts, their parameters and lengths: a benchmark's prompt hash covers it
+    # How output lengths are known: per prompt (imported), the engine's mean over the captured window, or
+    # none (the requests' own max_tokens).
+    lengths: str
+    output_mean: float | None = None
+    window_start: float | None = None  # captured: the first and last arrival (Unix seconds)
+    window_end: float | None = None
+
+
+class DatasetPrompt(SQLModel, table=True):
+    __tablename__ = "dataset_prompts"
+    __table_args__ = (Index("ix_dataset_prompts_order", "dataset_id", "idx", unique=True),)
+
+    id: int | None = Field(default=None, primary_key=True)
+    dataset_id: int = Field(foreign_key="datasets.id", ondelete="CASCADE")
+    idx: int
+    offset_s: float | None = None  # arrival after the dataset's first (captured); None: unknown
+    endpoint: str  # completions | chat
+    category: str | None = None
+    body: str  # JSON {"prompt" | "messages", "params"}
+    output_tokens: int | None = None  # the length to generate, where the source says

@@ -4,7 +4,7 @@ old minute rows compacted into hourly ones and the oldest deleted; old runs prun
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from itertools import groupby
 
 from sqlmodel import col, delete, select, update
@@ -54,6 +54,21 @@ class ServingStore:
             require_run(s, run_id)
             q = select(ServingMetric).where(ServingMetric.run_id == run_id).order_by(col(ServingMetric.at))
             return list(s.exec(q).all())
+
+    def generated(self, *, since: datetime, until: datetime) -> tuple[float, float]:
+        """(requests, generation tokens) of the metric rows that overlap the span (a row covers `seconds`
+        from `at`; an hourly row at most an hour): their ratio is the mean output length served then."""
+        cols = (
+            col(ServingMetric.at),
+            col(ServingMetric.seconds),
+            col(ServingMetric.requests),
+            col(ServingMetric.generation_tokens),
+        )
+        with self.store.session() as s:
+            q = select(*cols).where(cols[0] <= until, cols[0] >= since - timedelta(hours=1))
+            rows = s.exec(q).all()
+        over = [r for r in rows if _aware(r[0]) + timedelta(seconds=r[1]) >= since]
+        return sum(r[2] for r in over), sum(r[3] for r in over)
 
     def compact(self, *, minutes_before: datetime, hours_before: datetime) -> tuple[int, int]:
         """Minute rows older than `minutes_before` become one row per run and hour; hour rows older than
@@ -121,3 +136,7 @@ class ServingStore:
     def run(self, run_id: int) -> Run:
         with self.store.session() as s:
             return require_run(s, run_id)
+
+
+def _aware(at: datetime) -> datetime:
+    return at if at.tzinfo else at.replace(tzinfo=UTC)

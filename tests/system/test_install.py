@@ -188,8 +188,11 @@ def test_a_fresh_install_serves_and_a_second_changes_nothing(host: Host) -> None
     assert status.startswith("idle"), status
     assert f"k25-ctl.service: {status}" in out
     assert httpx.get(host.info.url + "/healthz", timeout=10).status_code == 200
-    token = host.path("/etc/k25-ctl/token")
-    assert token.stat().st_mode & 0o777 == 0o600
+    for name in ("token", "capture-token"):  # the admin's, and the balancer's mirror's
+        token = host.path(f"/etc/k25-ctl/{name}")
+        assert token.stat().st_mode & 0o777 == 0o600
+        assert token.read_text().strip()
+    assert host.path("/etc/k25-ctl/token").read_text() != host.path("/etc/k25-ctl/capture-token").read_text()
     assert host.path("/usr/local/bin/k25-ctl").readlink() == Path("/opt/k25-ctl/venv/bin/k25-ctl")
     # The operator's profile and settings kept; the stock profiles it lacked added.
     assert "fake_engine" in host.path("/etc/k25-ctl/profiles.d/baseline.toml").read_text()

@@ -12,12 +12,13 @@ import pytest
 import yaml
 
 from daemon.sandbox.balancer import CONFIG
+from daemon.sandbox.mirror import MIRROR
 from tests.conftest import ROOT
 
 
-def _snippet(lang: str) -> str:
+def _snippet(lang: str, heading: str = "## Behind a load balancer") -> str:
     readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index("## Behind a load balancer") :]
+    section = readme[readme.index(heading) :]
     found = re.search(rf"```{lang}\n(.*?)```", section, re.S)
     assert found is not None, f"no {lang} snippet in the README's load-balancer section"
     return found.group(1)
@@ -59,3 +60,21 @@ def test_the_kubernetes_probe_checks_ready() -> None:
     probe = yaml.safe_load(_snippet("yaml"))["readinessProbe"]
     assert probe["httpGet"] == {"path": "/ready", "port": 8025}
     assert (probe["periodSeconds"], probe["failureThreshold"], probe["successThreshold"]) == (1, 2, 1)
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx: scripts/setup.sh installs it")
+def test_the_nginx_mirror_snippet_is_what_the_capture_test_runs(tmp_path: Path) -> None:
+    snippet = _snippet("nginx", "## Capture and replay")
+    tested = MIRROR.format(port=8080, daemon_port=8025, token="CAPTURE_TOKEN").replace(
+        "127.0.0.1:8080", "8080"
+    )
+    assert [line.strip() for line in snippet.splitlines()] == [line.strip() for line in tested.splitlines()]
+    conf = tmp_path / "nginx.conf"
+    conf.write_text(
+        f"pid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/error.log;\nevents {{}}\n"
+        f"http {{\n    access_log off;\n    upstream engines {{ server 127.0.0.1:8000; }}\n{snippet}}}\n"
+    )
+    check = subprocess.run(
+        ["nginx", "-t", "-c", str(conf), "-p", str(tmp_path)], capture_output=True, text=True
+    )
+    assert check.returncode == 0, check.stderr

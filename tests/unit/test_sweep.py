@@ -13,7 +13,7 @@ from daemon.benchmark.sweep.variants import Scalar, derive, parse_vary
 from daemon.core.errors import InvalidInput
 from daemon.core.profiles import LoadedProfile
 from daemon.engines.checks import parse_checked_profile
-from daemon.sandbox.fake_http import FakeConfig, Stats
+from daemon.sandbox.fake_http import Draw, FakeConfig, Stats
 
 STOCK = Path(__file__).resolve().parents[2] / "profiles"
 
@@ -123,7 +123,7 @@ def _measured_length(k: int, rates: tuple[float, ...], steps: int = 400) -> tupl
     cfg = FakeConfig("vllm", "m", rate=1.0, spec_tokens=k, acceptance=0.0, warmup_s=0.0, deadlock=False,
                      position_acceptance=rates)  # fmt: skip
     stats = Stats(cfg)
-    emitted = sum(stats.step(room=100) for _ in range(steps))
+    emitted = sum(stats.step(room=100, draw=Draw(0.0)) for _ in range(steps))
     per_pos = [stats.per_pos.labels(**stats.labels, position=str(i))._value.get() / steps for i in range(k)]
     return emitted / steps, per_pos
 

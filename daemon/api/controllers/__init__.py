@@ -6,6 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from daemon.api.controllers.bench import BenchController
+from daemon.api.controllers.capture import CaptureController, DatasetsController
 from daemon.api.controllers.profiles import ProfilesController
 from daemon.api.controllers.runs import RunsController
 from daemon.api.controllers.status import StatusController
@@ -19,3 +20,5 @@ class Controllers:
     runs: RunsController
     teardown: TeardownController
     bench: BenchController
+    capture: CaptureController
+    datasets: DatasetsController

@@ -10,7 +10,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
-from daemon.api.routes import benchmarks, profiles, runs, status, teardown
+from daemon.api.routes import benchmarks, capture, profiles, runs, status, teardown
 
 INDEX = Path(__file__).resolve().parent.parent / "templates" / "index.html"
 STATIC = Path(__file__).resolve().parent.parent / "static"  # the page's script, styles and vendored uPlot
@@ -22,8 +22,8 @@ async def index() -> HTMLResponse:
     return HTMLResponse(INDEX.read_text(encoding="utf-8"))
 
 
-WRITES = (profiles.write, profiles.restoring, runs.write, teardown.write, benchmarks.write)
-READS = (status.balancer, status.read, profiles.read, runs.read, teardown.read, benchmarks.read)
+WRITES = (profiles.write, profiles.restoring, runs.write, teardown.write, benchmarks.write, capture.write)
+READS = (status.balancer, status.read, profiles.read, runs.read, teardown.read, benchmarks.read, capture.read)
 
 
 def include(app: FastAPI) -> None:
@@ -31,6 +31,6 @@ def include(app: FastAPI) -> None:
     app.mount("/static", StaticFiles(directory=STATIC), name="static")
     # Writes first: for a method a path does not take, the 405's Allow header names the first route whose
     # path matches (POST /profiles/reload, not GET /profiles/{name}).
-    for router in (*WRITES, *READS):
+    for router in (capture.sink, *WRITES, *READS):
         app.include_router(router)
-    app.state.api_routes = [r for router in (*WRITES, *READS) for r in router.routes]  # the 405's Allow
+    app.state.api_routes = [r for router in (capture.sink, *WRITES, *READS) for r in router.routes]

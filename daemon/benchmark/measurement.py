@@ -1,0 +1,263 @@
+"""One benchmark in progress: its request bodies (the prompts, salted), and for each load level the
+warm-ups, the engine's counters, the measured requests, the counters again and the level's summary (per
+prompt category too)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httpx
+
+from daemon.benchmark.client import LevelResult, Request, run_level
+from daemon.benchmark.metrics import RequestRecord, by_category, summarize
+from daemon.benchmark.prompts import PromptSet, new_salt, salted
+from daemon.benchmark.spec import BenchmarkSpec
+from daemon.core.jsontypes import RequestBody, VllmSummary
+from daemon.core.profiles import LoadedProfile
+from daemon.core.run_types import Phase, Progress
+from daemon.datasets.shapes import PATHS, salted_body
+from daemon.engines.base import Engine, MetricsSnapshot, delta
+from daemon.engines.client import Prober
+from daemon.runs.recorder import RunRecorder
+from daemon.store.bench import LevelRow
+
+log = logging.getLogger("k25.runner")
+# Counters that moved more than the benchmark's own requests explain: someone else used the engine.
+OTHER_TRAFFIC_SLACK = 0.02
+
+
+@dataclass(frozen=True)
+class Target:
+    """What is measured: the active profile, its serving run, and what the switch recorded for it."""
+
+    lp: LoadedProfile
+    serving_run_id: int | None
+    argv: list[str] | None
+    profile_sha256: str | None
+
+
+@dataclass
+class Outcomes:
+    levels: list[LevelRow] = field(default_factory=list)
+    problems: list[str] = field(default_factory=list)
+
+
+def counter_keys(
+    engine: Engine, before: MetricsSnapshot, after: MetricsSnapshot, lp: LoadedProfile
+) -> VllmSummary:
+    """The acceptance figures of one level from the engine's counters, with vLLM's bench key names (its
+    rate in percent) beside k25-ctl's (fractions; `normalized_rate` comparable across engines)."""
+    d = engine.usage_delta(lp.profile, before, after)
+    out: VllmSummary = {
+        "engine_prompt_tokens": d.prompt_tokens,
+        "engine_generation_tokens": d.generation_tokens,
+        "acceptance_length": d.acceptance_length,
+        "acceptance_rate": d.acceptance_rate,
+        "normalized_rate": d.normalized_rate,
+    }
+    if d.acceptance_length is not None:
+        out |= {
+            "spec_decode_acceptance_length": d.acceptance_length,
+            "spec_decode_acceptance_rate": None if d.acceptance_rate is None else d.acceptance_rate * 100.0,
+            "spec_decode_per_position_acceptance_rates": d.per_position or None,
+            "spec_decode_num_drafts": delta(after.spec_drafts, before.spec_drafts),
+            "spec_decode_draft_tokens": delta(after.spec_draft_tokens, before.spec_draft_tokens),
+            "spec_decode_accepted_tokens": delta(after.spec_accepted, before.spec_accepted),
+        }
+    return out
+
+
+def other_traffic(summary: VllmSummary, records: list[RequestRecord]) -> float:
+    """Generated tokens the engine counted beyond this level's own requests (0: nobody else)."""
+    engine_tokens = summary.get("engine_generation_tokens")
+    if engine_tokens is None:
+        return 0.0
+    own = sum(r.output_tokens for r in records)
+    extra = float(engine_tokens) - own
+    return extra if extra > own * OTHER_TRAFFIC_SLACK + 8 else 0.0
+
+
+@dataclass(frozen=True)
+class Level:
+    """One load level of a benchmark: a concurrency, or a request rate (with an optional cap)."""
+
+    concurrency: int | None
+    rate: float | None
+    label: str
+
+    @classmethod
+    def of(cls, i: int, n: int, conc: int | None, rate: float | None, pace: float | None = None) -> Level:
+        cap = f", max concurrency {conc}" if conc else ""
+        if pace is not None:
+            return cls(conc, None, f"level {i + 1}/{n}: captured arrivals x{pace:g}{cap}")
+        shape = (
+            f"{rate:g} req/s" + (f", max concurrency {conc}" if conc else "")
+            if rate
+            else f"concurrency {conc}"
+        )
+        return cls(conc, rate, f"level {i + 1}/{n}: {shape}")
+
+
+class Measurement:
+    """One benchmark in progress: what it measures, its client and request bodies, what it has measured."""
+
+    def __init__(
+        self,
+        recorder: RunRecorder,
+        run_id: int,
+        spec: BenchmarkSpec,
+        target: Target,
+        engine: Engine,
+        client: httpx.AsyncClient,
+        say: Callable[[str], None],
+    ) -> None:
+        self.recorder = recorder
+        self.run_id = run_id
+        self.spec = spec
+        self.target = target
+        self.engine = engine
+        self.client = client
+        self.say = say
+        self.prober = Prober(client)
+        self.prompts: PromptSet | None = None  # set before prepare()
+        self.bodies: list[tuple[str, RequestBody]] = []
+        self.out = Outcomes()
+
+    def prepare(self) -> None:
+        """The request bodies (the prompts, salted when the spec says so), once for every level."""
+        self.bodies = self._bodies()
+
+    def _bodies(self) -> list[tuple[str, RequestBody]]:
+        """A dataset's requests carry one salt for the run (their shared prefixes stay shared, as in
+        production); the built-in sources one per request."""
+        spec, profile = self.spec, self.target.lp.profile
+        assert self.prompts is not None  # noqa: S101 - run() sets it first
+        salt = new_salt() if spec.salt else None
+        return [
+            self.engine.replay_request(
+                profile,
+                PATHS[prompt.endpoint],
+                salted_body(prompt.body, salt),
+                max_tokens=prompt.output_tokens or spec.max_tokens,
+                ignore_eos=spec.eos_ignored,
+            )
+            if prompt.body is not None and prompt.endpoint is not None
+            else self.engine.bench_request(
+                profile,
+                salted(prompt.text, salt, i),
+                max_tokens=spec.max_tokens,
+                temperature=spec.temperature,
+                ignore_eos=spec.eos_ignored,
+                chat=spec.endpoint == "chat",
+            )
+            for i, prompt in enumerate(self.prompts.prompts)
+        ]
+
+    def _arrivals(self) -> list[float] | None:
+        """A paced replay's arrival times (its dataset's, `pace` times faster); None: the level's own."""
+        if self.spec.pace is None or self.prompts is None:
+            return None
+        return [(p.offset_s or 0.0) / self.spec.pace for p in self.prompts.prompts]
+
+    async def _event(self, detail: str, progress: Progress | None = None) -> None:
+        await self.recorder.event(self.run_id, Phase.MEASURING, detail, progress=progress)
+
+    async def _counters(self) -> MetricsSnapshot:
+        p = self.target.lp.profile
+        return self.engine.snapshot(p, await self.prober.scrape(p, self.engine))
+
+    async def level(self, level: Level) -> None:
+        """Warm-ups, the engine's counters, the measured requests, the counters again; then the summary."""
+        await self._warm_up(level)
+        before = await self._counters()
+        result = await self._measure(level)
+        after = await self._counters()
+        summary = summarize(result.records, result.duration)
+        summary |= {
+            "max_concurrency": level.concurrency,
+            "request_rate": level.rate or "inf",
+            "num_prompts": len(self.bodies),
+        }
+        summary |= counter_keys(self.engine, before, after, self.target.lp)
+        if self.prompts is not None:
+            spec_cfg = self.target.lp.profile.speculative
+            drafts = spec_cfg.num_speculative_tokens if spec_cfg else None
+            summary["categories"] = by_category(result.records, self.prompts.categories, drafts)
+        extra = other_traffic(summary, result.records)
+        summary |= {"other_traffic": extra > 0, "other_traffic_tokens": extra}
+        await self._keep(level, summary, result.records, extra)
+
+    async def _warm_up(self, level: Level) -> None:
+        spec, base = self.spec, self.target.lp.profile.base_url
+        if not spec.warmups:
+            return
+        await self._event(f"{level.label}: {spec.warmups} warm-up request(s)")
+        self.say(f"{level.label}, warming up")
+        short = {"max_tokens": min(16, spec.max_tokens)}
+        warm = [Request(base + path, body | short) for path, body in self.bodies[: spec.warmups]]
+        await run_level(
+            self.client,
+            warm,
+            concurrency=min(spec.warmups, level.concurrency or spec.warmups),
+            rate=None,
+            timeout_s=spec.request_timeout_s,
+        )
+
+    async def _measure(self, level: Level) -> LevelResult:
+        base = self.target.lp.profile.base_url
+        requests = [Request(base + path, body) for path, body in self.bodies]
+        total, step = len(requests), max(1, len(requests) // 10)
+        await self._event(f"{level.label}: {total} request(s)", Progress(0, 0, total))
+        pending: set[asyncio.Task[None]] = set()
+        done = 0
+
+        def finished(_: RequestRecord) -> None:
+            nonlocal done
+            done += 1
+            self.say(f"{level.label}, {done}/{total} requests")
+            if done % step == 0 or done == total:  # a tenth at a time: events are stored rows
+                t = asyncio.get_running_loop().create_task(
+                    self._event(f"{level.label}: {done}/{total}", Progress(100 * done // total, done, total))
+                )
+                pending.add(t)
+                t.add_done_callback(pending.discard)
+
+        result = await run_level(
+            self.client,
+            requests,
+            concurrency=level.concurrency,
+            rate=level.rate,
+            timeout_s=self.spec.request_timeout_s,
+            seed=self.spec.seed,
+            arrivals=self._arrivals(),
+            on_done=finished,
+        )
+        if pending:
+            await asyncio.gather(*pending)
+        return result
+
+    async def _keep(
+        self, level: Level, summary: VllmSummary, records: list[RequestRecord], extra: float
+    ) -> None:
+        if extra:
+            await self._event(
+                f"{level.label}: the engine generated {extra:.0f} tokens for other clients "
+                "during the level: its acceptance figures include them"
+            )
+        total = len(records)
+        if summary["completed"] == 0:
+            errors = "; ".join(summary["errors"][:2])
+            self.out.problems.append(f"{level.label}: all {total} requests failed ({errors})")
+        rows = [r.to_row() for r in records]
+        self.out.levels.append(LevelRow(level.concurrency, level.rate, summary, rows))
+        log.info(
+            "run %d: %s: %.1f tok/s out, %d ok, %d failed",
+            self.run_id,
+            level.label,
+            summary["output_throughput"],
+            summary["completed"],
+            summary["failed"],
+        )

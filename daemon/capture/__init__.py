@@ -1,0 +1,1 @@
+"""The capture sink: copies of production requests, mirrored by the balancer, sampled and kept."""
