@@ -47,19 +47,6 @@ class PurgedOut(BaseModel):
     deleted: int
 
 
-class DatasetOut(BaseModel):
-    name: str
-    source: str
-    created_at: datetime
-    prompts: int
-    categories: dict[str, int]
-    sha256: str
-    lengths: str = Field(description="how the replay chooses each request's output length")
-    output_mean: float | None
-    window_start: datetime | None
-    window_end: datetime | None
-
-
 class FromCaptureIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
 

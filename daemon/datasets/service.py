@@ -62,7 +62,7 @@ class DatasetInfo:
     prompts: int
     categories: dict[str, int]
     sha256: str
-    lengths: str
+    lengths: str  # how a replay chooses each request's output length
     output_mean: float | None
     window_start: datetime | None
     window_end: datetime | None

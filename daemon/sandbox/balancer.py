@@ -48,7 +48,9 @@ class Host:
 
 
 @dataclass
-class Haproxy:
+class Proxy:
+    """A balancer this process started: its port, its folder (config, logs) and its process."""
+
     port: int
     folder: Path
     process: subprocess.Popen[bytes]
@@ -57,6 +59,30 @@ class Haproxy:
     def url(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
+
+@contextlib.contextmanager
+def foreground(
+    cmd: list[str], port: int, folder: Path, *, ready: Path | None, within_s: float
+) -> Iterator[Proxy]:
+    """`cmd` in the foreground (its output in the folder's `out.log`) until the `with` ends, up once it
+    accepts on `port` (and `ready` exists, when given); stopped with SIGTERM."""
+    log = (folder / "out.log").open("wb")
+    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
+    proxy = Proxy(port, folder, process)
+    try:
+        deadline = time.monotonic() + within_s
+        while (ready is not None and not ready.exists()) or not accepts(port):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise K25Error(f"{cmd[0]} did not come up: {(folder / 'out.log').read_text()}")
+            time.sleep(0.05)
+        yield proxy
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+        log.close()
+
+
+class Haproxy(Proxy):
     def servers(self) -> dict[str, dict[str, str]]:
         """`show stat` of the backend's servers: status (UP/DOWN), chkdown (times taken out), ..."""
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as s:
@@ -91,20 +117,9 @@ def haproxy(hosts: list[Host], port: int, *, inter: str = "1s", within_s: float 
     check = subprocess.run(["haproxy", "-c", "-f", str(cfg)], capture_output=True, text=True)
     if check.returncode != 0:
         raise K25Error(f"haproxy refuses its config: {check.stdout}{check.stderr}")
-    log = (folder / "haproxy.log").open("wb")
-    process = subprocess.Popen(["haproxy", "-db", "-f", str(cfg)], stdout=log, stderr=subprocess.STDOUT)
-    proxy = Haproxy(port, folder, process)
-    try:
-        deadline = time.monotonic() + within_s
-        while not (folder / "admin.sock").exists() or not accepts(port):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise K25Error(f"haproxy did not come up: {(folder / 'haproxy.log').read_text()}")
-            time.sleep(0.05)
-        yield proxy
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        log.close()
+    cmd = ["haproxy", "-db", "-f", str(cfg)]
+    with foreground(cmd, port, folder, ready=folder / "admin.sock", within_s=within_s) as p:
+        yield Haproxy(p.port, p.folder, p.process)
 
 
 def accepts(port: int) -> bool:

@@ -23,7 +23,7 @@ from daemon.engines import base
 from daemon.engines import sglang as sg
 from daemon.engines import vllm as vl
 from daemon.host.pagecache import resident_bytes
-from daemon.sandbox.fake_http import FakeConfig, build_app, parse_topics
+from daemon.sandbox.fake_http import build_app
 from daemon.sandbox.fake_park import ParkConfig
 from daemon.sandbox.fake_procs import (
     PARK_SIGNAL,
@@ -35,6 +35,7 @@ from daemon.sandbox.fake_procs import (
     spawn,
     stop_workers,
 )
+from daemon.sandbox.fake_stats import FakeConfig, parse_topics
 
 FAULTS = (
     "crash-loading",
@@ -54,19 +55,8 @@ FAULTS = (
 PARK_FAULTS = frozenset(FAULTS[-5:])
 
 
-def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    p = argparse.ArgumentParser(prog="fake_engine", description=__doc__)
-    p.add_argument("--flavor", choices=("vllm", "sglang"), required=True)
-    p.add_argument("--host", default="127.0.0.1")
-    p.add_argument("--port", type=int, required=True)
-    p.add_argument("--model", "--model-path", dest="model", default="/models/fake")
-    p.add_argument("--served-model-name", default="kimi-k2.5")
-    p.add_argument("--load-seconds", type=float, default=2.0, help="time the weight loading takes")
-    p.add_argument("--shards", type=int, default=8, help="checkpoint shards the progress bar counts")
-    p.add_argument(
-        "--warmup-seconds", type=float, default=0.5, help="SGLang: /health 503 this long after HTTP"
-    )
-    p.add_argument("--rate", type=float, default=80.0, help="output tokens per second")
+def _drafter_args(p: argparse.ArgumentParser) -> None:
+    """Speculative decoding: tokens drafted, accepted (by topic) and what drafting costs."""
     p.add_argument("--spec-tokens", type=int, default=0, help="speculative tokens per step (0: none)")
     p.add_argument("--acceptance", type=float, default=0.0, help="draft token acceptance rate (vLLM's)")
     p.add_argument(
@@ -85,6 +75,22 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         default=0.0,
         help="a step of k drafts takes (1 + cost*k)/rate s and emits 1 + accepted tokens",
     )
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(prog="fake_engine", description=__doc__)
+    p.add_argument("--flavor", choices=("vllm", "sglang"), required=True)
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--port", type=int, required=True)
+    p.add_argument("--model", "--model-path", dest="model", default="/models/fake")
+    p.add_argument("--served-model-name", default="kimi-k2.5")
+    p.add_argument("--load-seconds", type=float, default=2.0, help="time the weight loading takes")
+    p.add_argument("--shards", type=int, default=8, help="checkpoint shards the progress bar counts")
+    p.add_argument(
+        "--warmup-seconds", type=float, default=0.5, help="SGLang: /health 503 this long after HTTP"
+    )
+    p.add_argument("--rate", type=float, default=80.0, help="output tokens per second")
+    _drafter_args(p)
     p.add_argument("--workers", type=int, default=0, help="TP workers (default: one per visible GPU)")
     p.add_argument(
         "--device-dir", type=Path, help="where nvidiaN files live (default: from the daemon's settings)"

@@ -9,13 +9,11 @@ import contextlib
 import os
 import subprocess
 import tempfile
-import time
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.core.errors import K25Error
-from daemon.sandbox.balancer import accepts
+from daemon.sandbox.balancer import Proxy, foreground
 
 # What the README shows: the production location mirrors, the mirror location passes nothing of the
 # client's headers (no API key, no cookie) and sets the capture token, the Host the daemon accepts and the
@@ -69,16 +67,7 @@ http {{
 """
 
 
-@dataclass
-class Nginx:
-    port: int
-    folder: Path
-    process: subprocess.Popen[bytes]
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
+class Nginx(Proxy):
     def errors(self) -> str:
         return (self.folder / "error.log").read_text()
 
@@ -104,17 +93,5 @@ def nginx(
     check = subprocess.run([*cmd, "-t"], capture_output=True, text=True)
     if check.returncode != 0:
         raise K25Error(f"nginx refuses its config: {check.stderr}")
-    log = (folder / "nginx.out").open("wb")
-    process = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
-    proxy = Nginx(port, folder, process)
-    try:
-        deadline = time.monotonic() + within_s
-        while not accepts(port):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise K25Error(f"nginx did not come up: {(folder / 'nginx.out').read_text()}{proxy.errors()}")
-            time.sleep(0.05)
-        yield proxy
-    finally:
-        process.terminate()
-        process.wait(timeout=10)
-        log.close()
+    with foreground(cmd, port, folder, ready=None, within_s=within_s) as p:
+        yield Nginx(p.port, p.folder, p.process)

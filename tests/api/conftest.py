@@ -16,7 +16,8 @@ from fastapi import FastAPI
 
 from daemon.core.settings import Settings
 from daemon.host.gpu import NoGpus
-from daemon.sandbox.fake_http import FakeConfig, build_app
+from daemon.sandbox.fake_http import build_app
+from daemon.sandbox.fake_stats import FakeConfig
 from daemon.startup.app import create_app
 from daemon.startup.machine import HostPorts
 from tests.api.fakes import FakeJournal, FakeProber, FakeSystemd, FakeTimers, fake_teardown

@@ -43,17 +43,22 @@ def test_the_haproxy_snippet_is_what_the_drain_test_runs(tmp_path: Path) -> None
 
 
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx: scripts/setup.sh installs it")
-def test_the_nginx_snippet_passes_nginx_t(tmp_path: Path) -> None:
-    conf = tmp_path / "nginx.conf"
+def _nginx_t(folder: Path, http: str) -> None:
+    """`nginx -t` of a configuration whose http block holds `http`."""
+    conf = folder / "nginx.conf"
     conf.write_text(
-        f"pid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/error.log;\nevents {{}}\n"
-        f"http {{\n    access_log off;\n{_snippet('nginx')}}}\n"
+        f"pid {folder}/nginx.pid;\nerror_log {folder}/error.log;\nevents {{}}\n"
+        f"http {{\n    access_log off;\n{http}}}\n"
     )
     check = subprocess.run(
-        ["nginx", "-t", "-c", str(conf), "-p", str(tmp_path)], capture_output=True, text=True
+        ["nginx", "-t", "-c", str(conf), "-p", str(folder)], capture_output=True, text=True
     )
     assert check.returncode == 0, check.stderr
     assert "syntax is ok" in check.stderr
+
+
+def test_the_nginx_snippet_passes_nginx_t(tmp_path: Path) -> None:
+    _nginx_t(tmp_path, _snippet("nginx"))
 
 
 def test_the_kubernetes_probe_checks_ready() -> None:
@@ -69,12 +74,4 @@ def test_the_nginx_mirror_snippet_is_what_the_capture_test_runs(tmp_path: Path) 
         "127.0.0.1:8080", "8080"
     )
     assert [line.strip() for line in snippet.splitlines()] == [line.strip() for line in tested.splitlines()]
-    conf = tmp_path / "nginx.conf"
-    conf.write_text(
-        f"pid {tmp_path}/nginx.pid;\nerror_log {tmp_path}/error.log;\nevents {{}}\n"
-        f"http {{\n    access_log off;\n    upstream engines {{ server 127.0.0.1:8000; }}\n{snippet}}}\n"
-    )
-    check = subprocess.run(
-        ["nginx", "-t", "-c", str(conf), "-p", str(tmp_path)], capture_output=True, text=True
-    )
-    assert check.returncode == 0, check.stderr
+    _nginx_t(tmp_path, f"    upstream engines {{ server 127.0.0.1:8000; }}\n{snippet}")

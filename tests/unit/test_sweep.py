@@ -13,7 +13,7 @@ from daemon.benchmark.sweep.variants import Scalar, derive, parse_vary
 from daemon.core.errors import InvalidInput
 from daemon.core.profiles import LoadedProfile
 from daemon.engines.checks import parse_checked_profile
-from daemon.sandbox.fake_http import Draw, FakeConfig, Stats
+from daemon.sandbox.fake_stats import Draw, FakeConfig, Stats
 
 STOCK = Path(__file__).resolve().parents[2] / "profiles"
 

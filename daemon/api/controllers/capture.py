@@ -12,7 +12,6 @@ from daemon.api.capture_schemas import (
     CaptureCountsOut,
     CaptureOut,
     DatasetDeletedOut,
-    DatasetOut,
     FromCaptureIn,
     PurgedOut,
 )
@@ -82,17 +81,17 @@ class DatasetsController:
     def __init__(self, *, datasets: Datasets) -> None:
         self.datasets = datasets
 
-    async def all(self) -> list[DatasetOut]:
-        return [_out(d) for d in await self.datasets.all()]
+    async def all(self) -> list[DatasetInfo]:
+        return await self.datasets.all()
 
-    async def get(self, name: str) -> DatasetOut:
-        return _out(await self.datasets.get(name))
+    async def get(self, name: str) -> DatasetInfo:
+        return await self.datasets.get(name)
 
-    async def import_file(self, name: str, data: bytes, fmt: Format | None) -> DatasetOut:
-        return _out(await self.datasets.import_file(name, data, fmt))
+    async def import_file(self, name: str, data: bytes, fmt: Format | None) -> DatasetInfo:
+        return await self.datasets.import_file(name, data, fmt)
 
-    async def from_capture(self, req: FromCaptureIn) -> DatasetOut:
-        return _out(await self.datasets.from_capture(req.name, req.since, req.until, req.only()))
+    async def from_capture(self, req: FromCaptureIn) -> DatasetInfo:
+        return await self.datasets.from_capture(req.name, req.since, req.until, req.only())
 
     async def delete(self, name: str) -> DatasetDeletedOut:
         return DatasetDeletedOut(name=name, prompts=await self.datasets.delete(name))
@@ -100,7 +99,3 @@ class DatasetsController:
 
 def _at(ts: float | None) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC)
-
-
-def _out(d: DatasetInfo) -> DatasetOut:
-    return DatasetOut(**asdict(d))

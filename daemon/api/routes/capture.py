@@ -13,14 +13,13 @@ from daemon.api.capture_schemas import (
     CaptureAckOut,
     CaptureOut,
     DatasetDeletedOut,
-    DatasetOut,
     FromCaptureIn,
     PurgedOut,
 )
 from daemon.api.controllers import Controllers
 from daemon.api.controllers.capture import CaptureController, DatasetsController
 from daemon.api.routes.common import Responses, errors, reads, writes
-from daemon.datasets.service import NAME
+from daemon.datasets.service import NAME, DatasetInfo
 
 
 async def capture_controller(request: Request) -> CaptureController:
@@ -94,12 +93,12 @@ async def capture_purge(c: CaptureCtl) -> PurgedOut:
 
 
 @read.get("/datasets")
-async def datasets(c: DatasetsCtl) -> list[DatasetOut]:
+async def datasets(c: DatasetsCtl) -> list[DatasetInfo]:
     return await c.all()
 
 
 @read.get("/datasets/{name}")
-async def dataset(name: DatasetName, c: DatasetsCtl) -> DatasetOut:
+async def dataset(name: DatasetName, c: DatasetsCtl) -> DatasetInfo:
     return await c.get(name)
 
 
@@ -117,13 +116,13 @@ async def import_dataset(
     c: DatasetsCtl,
     name: Annotated[str, Query(pattern=NAME)],
     format: Annotated[Literal["openai", "sharegpt"] | None, Query()] = None,
-) -> DatasetOut:
+) -> DatasetInfo:
     """An OpenAI-format JSONL (vllm bench's custom dataset) or a ShareGPT JSON file, as the body."""
     return await c.import_file(name, await request.body(), format)
 
 
 @write.post("/datasets/from-capture", status_code=201)
-async def dataset_from_capture(req: FromCaptureIn, c: DatasetsCtl) -> DatasetOut:
+async def dataset_from_capture(req: FromCaptureIn, c: DatasetsCtl) -> DatasetInfo:
     """The captured requests of a window (of some categories) as a dataset: a copy."""
     return await c.from_capture(req)
 
