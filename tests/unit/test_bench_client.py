@@ -131,6 +131,27 @@ async def test_poisson_arrivals_follow_their_schedule(serve: Callable[[Handler],
     assert all(r.status == Status.OK for r in res.records)
 
 
+async def test_a_captured_pattern_is_replayed_at_its_own_times(
+    serve: Callable[[Handler], Awaitable[str]],
+) -> None:
+    """`--pace captured`: each request leaves at its dataset's arrival (scaled), never before it."""
+
+    async def ok(w: asyncio.StreamWriter) -> None:
+        w.write(STREAM_HEAD + _event(_chunk("a", 1)) + _event("[DONE]") + b"0\r\n\r\n")
+        await w.drain()
+
+    url = await serve(ok)
+    captured = [0.0, 0.01, 0.3, 0.31, 0.6]
+    async with new_client(5, 8) as client:
+        res = await run_level(
+            client, [Request(url, {})] * 5, concurrency=2, rate=None, timeout_s=5, arrivals=captured
+        )
+    sent = [r.sent for r in res.records]
+    assert all(s >= a - 1e-3 for s, a in zip(sent, captured, strict=True)), sent
+    assert sent[2] > 0.25  # held back to its arrival, not sent with the first two
+    assert all(r.status == Status.OK for r in res.records)
+
+
 def test_arrivals_are_scaled_as_vllm_bench_serve_scales_them() -> None:
     """The last of n arrivals at exactly n / rate whatever the draw (vllm bench serve normalises its
     schedule so; an unscaled one made throughput at a rate a property of the draw: 471 tok/s for vLLM in
