@@ -19,6 +19,7 @@ from daemon.api.capture_schemas import (
 from daemon.api.controllers import Controllers
 from daemon.api.controllers.capture import CaptureController, DatasetsController
 from daemon.api.routes.common import Responses, errors, reads, writes
+from daemon.api.schemas import ErrorOut
 from daemon.datasets.service import NAME, DatasetInfo
 
 
@@ -37,7 +38,11 @@ DatasetsCtl = Annotated[DatasetsController, Depends(datasets_controller)]
 DatasetName = Annotated[str, Path(pattern=NAME, description="a dataset's name")]
 
 # The sink answers at once; 403 wrong capture token, 404 capture off, 413 too large.
-sink = APIRouter(tags=["capture"], responses=errors(400, 413, 422) | {403: {"description": "capture token"}})
+SINK_ANSWERS: Responses = errors(400, 413, 422) | {
+    403: {"model": ErrorOut, "description": "missing or wrong capture token (or none configured)"},
+    404: {"model": ErrorOut, "description": "capture is off"},
+}
+sink = APIRouter(tags=["capture"], responses=SINK_ANSWERS)
 read = reads("capture")
 write = writes("capture")
 
