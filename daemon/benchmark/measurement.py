@@ -211,19 +211,24 @@ class Measurement:
         requests = [Request(base + path, body) for path, body in self.bodies]
         total, step = len(requests), max(1, len(requests) // 10)
         await self._event(f"{level.label}: {total} request(s)", Progress(0, 0, total))
-        pending: set[asyncio.Task[None]] = set()
+        last: asyncio.Task[None] | None = None  # the newest progress event's write
         done = 0
 
+        async def after(previous: asyncio.Task[None] | None, detail: str, progress: Progress) -> None:
+            # In order: each write waits for the one before it (side by side, 10/10 could be stored
+            # before 7/10, and a follower's bar would end at 70%).
+            if previous is not None:
+                await previous
+            await self._event(detail, progress)
+
         def finished(_: RequestRecord) -> None:
-            nonlocal done
+            nonlocal done, last
             done += 1
             self.say(f"{level.label}, {done}/{total} requests")
             if done % step == 0 or done == total:  # a tenth at a time: events are stored rows
-                t = asyncio.get_running_loop().create_task(
-                    self._event(f"{level.label}: {done}/{total}", Progress(100 * done // total, done, total))
-                )
-                pending.add(t)
-                t.add_done_callback(pending.discard)
+                progress = Progress(100 * done // total, done, total)
+                coro = after(last, f"{level.label}: {done}/{total}", progress)
+                last = asyncio.get_running_loop().create_task(coro)
 
         result = await run_level(
             self.client,
@@ -235,8 +240,8 @@ class Measurement:
             arrivals=self._arrivals(),
             on_done=finished,
         )
-        if pending:
-            await asyncio.gather(*pending)
+        if last is not None:
+            await last
         return result
 
     async def _keep(

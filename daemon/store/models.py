@@ -66,6 +66,10 @@ class RunEvent(SQLModel, table=True):
     at: datetime = Field(default_factory=utcnow)
     phase: str
     detail: str = ""
+    # A progress step (loading, warming, measuring): a follower that joins late replays it as a bar too.
+    progress_percent: int | None = None
+    progress_done: int | None = None
+    progress_total: int | None = None
 
 
 class TeardownRecord(SQLModel, table=True):

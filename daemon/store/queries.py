@@ -136,6 +136,8 @@ class Store:
             if progress is not None:
                 run.progress_percent, run.progress_done = progress.percent, progress.done
                 run.progress_total = progress.total
+                event.progress_percent, event.progress_done = progress.percent, progress.done
+                event.progress_total = progress.total
             if load_seconds is not None:
                 run.load_seconds = load_seconds
             if load_stages is not None:

@@ -3,6 +3,7 @@ served in-process by the fake vLLM (its real /metrics counters and /version)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from tests.api.conftest import Env, wait_run
@@ -129,3 +130,21 @@ async def test_allow_names_every_method_of_a_path(env: Env) -> None:
     ):
         r = await env.client.request("DELETE", path)
         assert (r.status_code, r.headers["allow"]) == (405, allow)
+
+
+async def test_a_follower_that_joins_after_the_end_gets_the_progress_steps(env: Env) -> None:
+    """The stored events carry each progress step as the live ones did: `k25-ctl ... --wait` that connects
+    late (a fast warm on a busy machine) still draws its bars (CI: a 64 MiB warm ended before the CLI
+    followed it, and its steps came back as plain lines)."""
+    await _activate(env, "baseline")
+    r = await _post(env, "/benchmarks", SPEC | {"num_prompts": 10})
+    run = await wait_run(env, r.json()["run_id"])
+    sse = await env.client.get(f"/runs/{run['id']}/events")
+    events = [json.loads(line[5:]) for line in sse.text.splitlines() if line.startswith("data:")]
+    steps = [e for e in events if e.get("progress_percent") is not None]
+    for level in ("level 1/2: ", "level 2/2: "):  # in order at concurrency 2 too: the bar ends full
+        assert [e["progress_percent"] for e in steps if e["detail"].startswith(level)] == [
+            0,
+            *range(10, 101, 10),
+        ]
+    assert steps[-1]["progress_done"] == steps[-1]["progress_total"] == 10

@@ -73,9 +73,14 @@ class RunsController:
             last = 0
             for e in view.events:
                 last = e.id or last
-                yield RunEventJson(
+                stored = RunEventJson(
                     id=e.id, phase=e.phase, detail=redact.text(e.detail), at=e.at.isoformat(), run_id=run_id
                 )
+                if e.progress_percent is not None:  # as the live event had it
+                    stored["progress_percent"] = e.progress_percent
+                    stored["progress_done"] = e.progress_done or 0
+                    stored["progress_total"] = e.progress_total or 0
+                yield stored
             if view.run.outcome in FINAL_OUTCOMES:
                 return
             while True:
