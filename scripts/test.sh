@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The test command: sets the machine up (scripts/setup.sh), then lint, types and the whole pytest suite.
 # pytest runs on K25_TEST_WORKERS workers (default 4; 0: one process) with --dist loadfile: each module
-# runs whole on one worker, so the tests that share a sandbox stay together (tests/conftest.py orders the
-# tiers). Lint and types run beside the first tests. Arguments go to pytest: `bash scripts/test.sh tests/unit`.
+# runs whole on one worker, so the tests that share a sandbox stay together; the modules are handed out in
+# tests/conftest.py's order, the longest first (--no-loadscope-reorder). Lint and types run beside the
+# first tests. Arguments go to pytest: `bash scripts/test.sh tests/unit`.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -16,7 +17,7 @@ trap 'rm -f "$checks"' EXIT
 ) >"$checks" 2>&1 &
 lint=$!
 set +e
-.venv/bin/pytest -ra -n "${K25_TEST_WORKERS:-4}" --dist loadfile "$@"
+.venv/bin/pytest -ra -n "${K25_TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder "$@"
 rc=$?
 wait "$lint"
 lint_rc=$?

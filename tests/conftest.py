@@ -19,9 +19,19 @@ TIERS = ("system", "gpu", "web", "realengine")  # a tier's folder marks its test
 # Under `pytest -n N --dist loadfile` each module runs whole on one worker, in file order: a module of the
 # sandbox tiers shares a sandbox, the session's (booted once per worker that gets such a module) or one it
 # boots itself. (loadgroup would do the same through xdist_group marks, but it silently stops grouping on
-# pytest 9.2: pytest-xdist#1386.) Tiers are handed out in this order, the longest first, so that the
-# short unit and api modules fill the end instead of a long module starting last.
+# pytest 9.2: pytest-xdist#1386.) Modules are handed out in this order (the test command passes
+# --no-loadscope-reorder: xdist would otherwise hand out the modules with the most tests first, and the
+# real-engine module, 7 tests and the longest, started after twenty short ones): the longest modules
+# first, then tier by tier, so that the short unit and api modules fill the end.
 ORDER = ("realengine", "system", "web", "api", "unit", "gpu")
+LONGEST = (  # seconds on a busy CI run, roughly: 500, 340, then 60-120 each
+    "tests/realengine/test_real_vllm.py",
+    "tests/system/test_install.py",
+    "tests/system/test_capture.py",
+    "tests/system/test_sweep.py",
+    "tests/system/test_park.py",
+    "tests/system/test_watch.py",
+)
 
 
 def _tier(item: pytest.Item) -> str | None:
@@ -35,7 +45,15 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         if (tier := _tier(item)) in TIERS:
             item.add_marker(getattr(pytest.mark, tier))
     rank = {t: i for i, t in enumerate(ORDER)}
-    items.sort(key=lambda item: rank.get(_tier(item) or "", len(ORDER)))  # stable: file order within
+    first = {m: i for i, m in enumerate(LONGEST)}
+
+    def order(item: pytest.Item) -> tuple[int, int]:
+        module = Path(str(item.fspath)).relative_to(ROOT).as_posix()
+        if module in first:
+            return (0, first[module])
+        return (1, rank.get(_tier(item) or "", len(ORDER)))
+
+    items.sort(key=order)  # stable: file order within
 
 
 @pytest.fixture

@@ -9,9 +9,11 @@ import contextlib
 import logging
 import os
 import signal
+import threading
 import time
 import warnings
 from collections.abc import AsyncIterator, Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import asynccontextmanager
 
 import anyio
@@ -84,6 +86,19 @@ def _resolve_lazy_imports() -> None:
                 getattr(anyio, name)
 
 
+def _start_worker_threads() -> None:
+    """Every thread of the default executor (asyncio.to_thread's), started now: a pool that grows later
+    starts its thread from the event loop, and Thread.start waits there until the OS schedules the new
+    thread (100 ms and more on a busy host: every request waits with it)."""
+    workers = min(32, (os.cpu_count() or 1) + 4)  # ThreadPoolExecutor's own default
+    executor = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="k25-worker")
+    gate = threading.Barrier(workers + 1)
+    for _ in range(workers):  # each waits at the gate, so the next submit finds no idle thread
+        executor.submit(gate.wait, 30)
+    gate.wait(30)
+    asyncio.get_running_loop().set_default_executor(executor)
+
+
 def _log_slow_step(step: SlowStep) -> None:
     log.warning("slow event-loop step: %s", step)
 
@@ -98,6 +113,7 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
                 "event-loop steps over %g ms are logged (slow_callback_ms)", settings.slow_callback_ms
             )
         _resolve_lazy_imports()
+        _start_worker_threads()
         app.state.token = load_token(settings.token_path)
         app.state.reads_require_token = settings.reads_require_token
         services = await build(settings, ports(settings))

@@ -257,3 +257,16 @@ async def test_a_maintenance_teardown_is_a_job_a_switch_must_wait_for(tmp_path: 
             assert systemd.states.get("k25-engine@alpha.service") is None  # nothing was started meanwhile
             r = await c.post("/profiles/alpha/activate", headers=auth)
             assert r.status_code == 202, r.text
+
+
+async def test_the_worker_threads_are_started_before_the_first_request(env: Env) -> None:
+    """A to_thread never starts a thread from the event loop (Thread.start waits there for the OS to
+    schedule it: 101 ms seen on a busy CI machine, in the middle of a request)."""
+    import asyncio
+    from concurrent.futures import ThreadPoolExecutor
+
+    executor = asyncio.get_running_loop()._default_executor  # type: ignore[attr-defined]
+    assert isinstance(executor, ThreadPoolExecutor)
+    assert len(executor._threads) == executor._max_workers
+    await asyncio.gather(*(asyncio.to_thread(sum, [1, 2]) for _ in range(3 * executor._max_workers)))
+    assert len(executor._threads) == executor._max_workers

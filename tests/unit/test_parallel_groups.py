@@ -39,3 +39,12 @@ def test_each_module_runs_whole_on_one_worker_in_file_order(
         assert [name for name, _ in mine] == ["a", "b", "c"], mine
         assert len({worker for _, worker in mine}) == 1, mine
     assert len({worker for _, _, worker in seen}) == 2  # and the modules were spread
+
+
+def test_the_longest_modules_are_handed_out_first() -> None:
+    """The test command keeps the collection's order (xdist would reorder by test count), and the order
+    names modules that exist: a renamed one would silently start last."""
+    from tests.conftest import LONGEST, ROOT
+
+    assert "--no-loadscope-reorder" in (ROOT / "scripts/test.sh").read_text()
+    assert [m for m in LONGEST if not (ROOT / m).is_file()] == []
