@@ -37,4 +37,6 @@ for c in python3.12 python3.11 python3; do
 done
 [ -n "$py" ] || { echo "setup: Python >= 3.11 is required" >&2; exit 1; }
 [ -x .venv/bin/python ] || "$py" -m venv .venv
-.venv/bin/python -m pip install -q --disable-pip-version-check -e '.[dev]'
+# --no-compile: pip would byte-compile every installed module (scipy's, playwright's, ...: 15 s of a fresh
+# set-up); Python compiles what is imported, once, on first use.
+.venv/bin/python -m pip install -q --no-compile --disable-pip-version-check -e '.[dev]'

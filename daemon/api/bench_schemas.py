@@ -72,10 +72,21 @@ class StepOut(BaseModel):
     """One profile of an experiment: its switch, its benchmarks and how each ended."""
 
     profile: str
+    round: int = 0  # 0-based, of an experiment in rounds
     switch_run_id: int | None = None
     benchmark_run_ids: list[int] = []
     outcomes: list[str] = []
     error: str | None = None
+
+
+class RoundOut(BaseModel):
+    """One profile's figures in one round of an experiment (its first load level)."""
+
+    round: int
+    profile: str
+    benchmark_run_ids: list[int]
+    output_throughput: float | None
+    acceptance_length: float | None
 
 
 class RestoreOut(BaseModel):
@@ -96,6 +107,10 @@ class ExperimentOut(BaseModel):
     steps: list[StepOut]
     restore: RestoreOut | None = None
     answers: list[AgreementOut] = []  # each profile's known answer against the default profile's
+    orders: list[list[str]] = []  # each round's order of the profiles
+    verdicts: list[str] = []  # each profile against the first one ("faster: 1.07x [1.04, 1.10]"), a drift
+    rounds: list[RoundOut] = []  # per round and profile (GET /experiments/ID)
+    comparison: CompareOut | None = None  # its own comparison: every metric's interval (GET /experiments/ID)
 
 
 class ScheduleOut(BaseModel):
@@ -188,3 +203,7 @@ class PromoteIn(BaseModel):
 class PromoteOut(BaseModel):
     name: str
     file: str
+
+
+# ExperimentOut names CompareOut, defined after it: built here, at import, not by the first request.
+ExperimentOut.model_rebuild()

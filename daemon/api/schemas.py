@@ -246,6 +246,13 @@ class ParkedOut(Out):
     run_id: int  # the run that parked it
 
 
+class ParkBudgetOut(Out):
+    """Host RAM for parked engines' pinned weights: the budget and what is pinned now."""
+
+    budget_bytes: int
+    used_bytes: int
+
+
 class StatusOut(Out):
     state: str
     active_profile: str | None
@@ -271,6 +278,7 @@ class StatusOut(Out):
     job_run_id: int | None = None  # a benchmark or experiment in progress
     job: str | None = None  # its progress, one line
     parked: list[ParkedOut] = []  # engines asleep for a fast switch back (parking)
+    park_budget: ParkBudgetOut | None = None  # host RAM the parked engines may pin
 
 
 class ResidencyOut(Out):

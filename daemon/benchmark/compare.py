@@ -8,6 +8,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from daemon.benchmark.stats import Judged
 from daemon.core.jsontypes import StoredJson, VllmSummary
 from daemon.core.run_types import Outcome
 
@@ -78,7 +79,12 @@ class Row:
     speedup: float | None = None
     noise: float | None = None
     noise_assumed: bool = False
-    verdict: str | None = None  # baseline | faster | slower | within noise
+    # baseline | faster | slower | no difference detected (judged from the requests: `judged`) | within noise
+    # (too few requests to judge: the repeats' noise band)
+    verdict: str | None = None
+    verdict_text: str | None = None  # "faster: 1.07x [1.04, 1.10]"
+    judged: dict[str, Judged] = field(default_factory=dict)  # per-request metric -> its test against the base
+    judged_text: dict[str, str] = field(default_factory=dict)  # the same, as "faster: 1.07x [1.04, 1.10]"
     categories: dict[str, CategoryRow] = field(default_factory=dict)
 
     # "1.31x on code, 0.74x on chat": the categories judged on their own.

@@ -20,7 +20,9 @@ Axis = Annotated[list[Scalar], Field(min_length=1, json_schema_extra={"uniqueIte
 # JSON Schema of "a non-empty vary makes it a sweep: one base profile, restored at the end".
 SWEEP_RULE: JsonDict = {
     "if": {"required": ["vary"], "properties": {"vary": {"minProperties": 1}}},
-    "then": {"properties": {"profiles": {"maxItems": 1}, "restore": {"const": True}}},
+    "then": {
+        "properties": {"profiles": {"maxItems": 1}, "restore": {"const": True}, "rounds": {"maximum": 1}}
+    },
 }
 
 
@@ -41,6 +43,13 @@ class ExperimentRequest(BaseModel):
     )
     benchmark: ExperimentBenchmark = Field(default_factory=lambda: ExperimentBenchmark.model_validate({}))
     repeats: int = Field(1, ge=1, le=50, description="benchmarks per profile (their spread is the noise)")
+    rounds: int = Field(
+        1,
+        ge=1,
+        le=20,
+        description="interleaved rounds: each round measures every profile, in balanced orders (two "
+        "profiles: ABBA; more: a random order a round), so that a drift of the host falls on each alike",
+    )
     restore: bool = Field(True, description="bring the previous (or default) profile back at the end")
     vary: dict[str, Axis] = Field(
         default_factory=dict,
@@ -62,6 +71,8 @@ class ExperimentRequest(BaseModel):
                 raise ValueError(f"axis {key!r} lists a value twice")
         if self.vary and len(self.profiles) != 1:
             raise ValueError("a sweep varies one profile: name only its base (measured first, as is)")
+        if self.vary and self.rounds > 1:
+            raise ValueError("a sweep measures its variants once each: use repeats, not rounds")
         if self.vary and not self.restore:
             raise ValueError("a sweep always restores: its variants are profiles only while it runs")
         return self

@@ -8,15 +8,20 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 
+from daemon.benchmark.experiment_record import Record, Restore, Step
 from daemon.benchmark.experiment_request import ExperimentRequest
+from daemon.benchmark.judging import Judging
 from daemon.benchmark.measurement import Target
+from daemon.benchmark.prompts import PromptSet
+from daemon.benchmark.rounds import orders
 from daemon.benchmark.runner import BenchmarkRunner
 from daemon.benchmark.spec import BenchmarkSpec
 from daemon.benchmark.sweep.ranking import parse_metric
 from daemon.benchmark.sweep.service import Plan, Sweeps
 from daemon.benchmark.sweep.variants import Sweep
+from daemon.benchmark.verdicts import verdict_lines
 from daemon.core.errors import InvalidInput, K25Error, NotFound, Refused
 from daemon.core.hoststate import HostState
 from daemon.core.jsontypes import StoredJson
@@ -30,59 +35,25 @@ from daemon.switching.transaction import Switcher
 log = logging.getLogger("k25.bench")
 
 
-@dataclass
-class Step:
-    """One profile of an experiment: its switch, its benchmarks and how each ended."""
+@dataclass(frozen=True)
+class Checked:
+    """A request that may start: its prompts (read once, for every benchmark) and a sweep's variants."""
 
-    profile: str
-    switch_run_id: int | None = None
-    benchmark_run_ids: list[int] = field(default_factory=list)
-    outcomes: list[Outcome] = field(default_factory=list)
-    error: str | None = None
-
-    @property
-    def measured(self) -> bool:
-        return Outcome.OK in self.outcomes
-
-
-@dataclass
-class Restore:
-    profile: str
-    switch_run_id: int | None = None
-    ok: bool = False
-    error: str | None = None
-
-
-@dataclass
-class Record:
-    """What an experiment stores as it goes (the `steps` column: JSON of this dataclass)."""
-
-    steps: list[Step] = field(default_factory=list)
-    restore: Restore | None = None
-    error: str | None = None
-
-    def summary(self) -> tuple[str, str | None]:
-        """The final event's detail and the run's error."""
-        failed = [f"{s.profile}: {s.error}" for s in self.steps if s.error]
-        measured = [s.profile for s in self.steps if s.measured]
-        r = self.restore
-        detail = f"measured {', '.join(measured) or 'nothing'}" + (
-            f"; restored {r.profile}" if r and r.ok else ""
-        )
-        restore_error = [f"restore: {r.error}"] if r and r.error else []
-        return detail, "; ".join([*failed, *restore_error]) or self.error
+    prompts: PromptSet
+    sweep: Sweep | None
 
 
 @dataclass(frozen=True)
 class Started:
-    """An experiment under way: its run, request, the profile it restores, the profiles it measures in
-    order (a sweep's variants after its base) and a sweep's stored request."""
+    """An experiment under way: its run, request, the profile it restores, each round's profiles in order (a
+    sweep's variants after its base), a sweep's stored request and the prompts."""
 
     run_id: int
     req: ExperimentRequest
     back: str | None
-    names: list[str]
+    orders: list[list[str]]
     sweep: StoredJson | None
+    prompts: PromptSet
 
 
 class Experiments:
@@ -90,6 +61,7 @@ class Experiments:
         self,
         *,
         runner: BenchmarkRunner,
+        judging: Judging,
         jobs: Jobs,
         recorder: RunRecorder,
         switcher: Switcher,
@@ -100,6 +72,7 @@ class Experiments:
         warm: Callable[[str], Awaitable[int]] | None = None,
     ) -> None:
         self.runner = runner
+        self.judging = judging  # the verdicts of an experiment's last event
         self.jobs = jobs
         self.recorder = recorder
         self.switcher = switcher
@@ -135,10 +108,11 @@ class Experiments:
         out of the balancer's rotation meanwhile (production traffic would count in its figures)."""
         with self.jobs.admit(JobKind.BENCHMARK, isolated=isolate) as slot:
             target = await self._target(spec.profile)
-            await asyncio.to_thread(self.runner.prompt_set, spec)  # a dataset that is not there: refused
+            # Read once, here: a dataset that is not there is refused before the run exists.
+            prompts = await asyncio.to_thread(self.runner.prompt_set, spec)
             run_id = await self._new_benchmark_run(target, parent=target.serving_run_id)
             say = self._sayer(run_id, f"benchmark run {run_id} of {target.lp.profile.name}")
-            slot.start(run_id, self.runner.run(run_id, spec, target, say=say))
+            slot.start(run_id, self.runner.run(run_id, spec, target, prompts, say=say))
             return run_id
 
     async def _new_benchmark_run(self, target: Target, *, parent: int | None) -> int:
@@ -150,13 +124,13 @@ class Experiments:
         return lambda line: self.jobs.say(run_id, f"{prefix}: {line}")
 
     async def experiment(self, req: ExperimentRequest) -> int:
-        sweep = await self.check(req)
+        checked = await self.check(req)
         with self.jobs.admit(JobKind.EXPERIMENT, isolated=True) as slot:  # out of rotation while it runs
-            return await self._create_experiment(slot, req, sweep)
+            return await self._create_experiment(slot, req, checked)
 
     async def plan(self, req: ExperimentRequest) -> Plan:
         """A sweep's plan (its variants, switches and an estimate of the time), nothing started."""
-        sweep = await self.check(req)
+        sweep = (await self.check(req)).sweep
         if sweep is None:
             raise InvalidInput("a plan is for a sweep: say what to vary")
         active, back = self._serving_and_back(req)
@@ -168,21 +142,23 @@ class Experiments:
         active = st.active_profile if st.state is HostState.ACTIVE else None
         return active, (active or self.default_profile) if req.restore else None
 
-    async def check(self, req: ExperimentRequest) -> Sweep | None:
-        """What an experiment is refused for before anything is switched; a sweep's variants."""
+    async def check(self, req: ExperimentRequest) -> Checked:
+        """What an experiment is refused for before anything is switched; its prompts and a sweep's
+        variants."""
         profiles = await self.profiles()
         for name in req.profiles:
             if profiles.get(name) is None:
                 raise NotFound(f"no valid profile {name!r}")
         parse_metric(req.metric)
-        await asyncio.to_thread(self.runner.prompt_set, req.benchmark)  # before anything is switched
+        prompts = await asyncio.to_thread(self.runner.prompt_set, req.benchmark)  # before any switch
         if not req.vary:
-            return None
+            return Checked(prompts, None)
         lp = profiles.get(req.profiles[0])
         assert lp is not None  # noqa: S101 - checked above
-        return await self.sweeps.derive(lp, req.vary)
+        return Checked(prompts, await self.sweeps.derive(lp, req.vary))
 
-    async def _create_experiment(self, slot: Slot, req: ExperimentRequest, sweep: Sweep | None) -> int:
+    async def _create_experiment(self, slot: Slot, req: ExperimentRequest, checked: Checked) -> int:
+        sweep = checked.sweep
         _, back = self._serving_and_back(req)
         run_id = await self.recorder.create(NewRun(RunKind.EXPERIMENT, None, self.hub.status.active_profile))
         request = req.model_dump() | {"restore_to": back}
@@ -198,8 +174,13 @@ class Experiments:
                 ", ".join(a.key for a in sweep.axes),
                 len(sweep.variants),
             )
+        plan = orders(names, req.rounds, seed=run_id)
+        if req.rounds > 1:
+            request |= {"orders": plan}
+            log.info("run %d: %d rounds: %s", run_id, req.rounds, " | ".join(" ".join(o) for o in plan))
         await asyncio.to_thread(self.bench_store.create_experiment, run_id=run_id, request=request)
-        slot.start(run_id, self._experiment(Started(run_id, req, back, names, request if sweep else None)))
+        started = Started(run_id, req, back, plan, request if sweep else None, checked.prompts)
+        slot.start(run_id, self._experiment(started))
         return run_id
 
     async def _experiment(self, ex: Started) -> None:
@@ -210,15 +191,17 @@ class Experiments:
                 self.sweeps.release()
 
     async def _run_steps(self, ex: Started) -> None:
-        run_id, req, back, names, sweep = ex.run_id, ex.req, ex.back, ex.names, ex.sweep
-        record = Record()
+        run_id, back, sweep = ex.run_id, ex.back, ex.sweep
+        record = Record(orders=ex.orders)
         outcome: Outcome = Outcome.OK
+        steps = [Step(name, r) for r, order in enumerate(ex.orders) for name in order]
         try:
-            for i, name in enumerate(names):
-                step = Step(name)
+            for i, step in enumerate(steps):
                 record.steps.append(step)
-                nxt = names[i + 1] if i + 1 < len(names) else None
-                await self._step(run_id, f"{name} ({i + 1}/{len(names)})", req, step, record, nxt)
+                nxt = steps[i + 1].profile if i + 1 < len(steps) else None
+                where = f"round {step.round + 1}/{len(ex.orders)}, " if len(ex.orders) > 1 else ""
+                label = f"{step.profile} ({where}{i + 1}/{len(steps)})"
+                await self._step(ex, label, step, record, nxt)
         except asyncio.CancelledError:
             if (task := asyncio.current_task()) is not None:
                 task.uncancel()
@@ -230,23 +213,36 @@ class Experiments:
             record.error = f"{type(e).__name__}: {e}"
         if back is not None:
             record.restore = await self._restore(run_id, back)
+        if sweep is None and len(ex.req.profiles) > 1 and any(s.measured for s in record.steps):
+            record.verdicts = await self._verdicts(run_id, ex.req.profiles[0])
         await self._save(run_id, record)
         if outcome is Outcome.OK and not any(s.measured for s in record.steps):
             outcome = Outcome.FAILED
         detail, error = record.summary()
         if sweep is not None:
-            result = await self.sweeps.result(run_id, sweep, parse_metric(req.metric))
+            result = await self.sweeps.result(run_id, sweep, parse_metric(ex.req.metric))
             if result.recommendation:
                 detail += f"; best: {result.recommendation}"
                 await self.recorder.event(run_id, Phase.MEASURING, f"best: {result.recommendation}")
         await self.recorder.finish(run_id, outcome, error=error, detail=detail)
 
+    async def _verdicts(self, run_id: int, baseline: str) -> list[str]:
+        """Each profile against the first one, from this experiment's requests; a drift of the first."""
+        try:
+            c = await self.judging.compare(baseline=baseline, experiment=run_id)
+        except K25Error as e:
+            return [f"no verdicts: {e}"]
+        lines = verdict_lines(c) + [n for n in c.notes if n.startswith("drift")]
+        for line in lines:
+            log.info("run %d: %s", run_id, line)
+            await self.recorder.event(run_id, Phase.MEASURING, line)
+        return lines
+
     async def _save(self, run_id: int, record: Record) -> None:
         await asyncio.to_thread(self.bench_store.set_steps, run_id=run_id, steps=asdict(record))
 
-    async def _step(
-        self, run_id: int, label: str, req: ExperimentRequest, step: Step, record: Record, nxt: str | None
-    ) -> None:
+    async def _step(self, ex: Started, label: str, step: Step, record: Record, nxt: str | None) -> None:
+        run_id, req = ex.run_id, ex.req
         say = self._sayer(run_id, f"experiment run {run_id}: {label}")
         say("switching")
         await self.recorder.event(run_id, Phase.SWITCHING, label)
@@ -255,11 +251,12 @@ class Experiments:
         if step.error:
             await self.recorder.event(run_id, Phase.SWITCHING, f"{step.profile}: {step.error}; going on")
             return
-        if nxt is not None:
+        parked = {p.profile for p in self.hub.status.parked}
+        if nxt is not None and nxt != step.profile and nxt not in parked:  # a parked one wakes: no read
             await self._warm_next(run_id, nxt)
         for rep in range(req.repeats):
             say(f"benchmark {rep + 1}/{req.repeats}")
-            await self._measure(run_id, req, step, rep)
+            await self._measure(ex, step, rep)
             await self._save(run_id, record)
 
     async def _warm_next(self, run_id: int, nxt: str) -> None:
@@ -272,8 +269,9 @@ class Experiments:
         except K25Error as e:
             await self.recorder.event(run_id, Phase.WARMING, f"not warming {nxt}: {e}")
 
-    async def _measure(self, run_id: int, req: ExperimentRequest, step: Step, rep: int) -> None:
+    async def _measure(self, ex: Started, step: Step, rep: int) -> None:
         """One benchmark of the step's profile, a job of the experiment's; a cancel keeps what it measured."""
+        run_id, req = ex.run_id, ex.req
         with self.jobs.admit(JobKind.BENCHMARK, parent=run_id) as slot:
             target = await self._target(step.profile)
             bid = await self._new_benchmark_run(target, parent=run_id)
@@ -284,8 +282,9 @@ class Experiments:
                 bid,
                 req.benchmark,
                 target,
+                ex.prompts,
                 experiment_run_id=run_id,
-                repeat=rep,
+                repeat=step.round * req.repeats + rep,  # numbered through the rounds
                 say=self._sayer(bid, f"benchmark run {bid}"),
             )
             task = slot.start(bid, inner)

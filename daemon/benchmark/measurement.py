@@ -112,6 +112,7 @@ class Measurement:
         target: Target,
         engine: Engine,
         client: httpx.AsyncClient,
+        prompts: PromptSet,
         say: Callable[[str], None],
     ) -> None:
         self.recorder = recorder
@@ -122,7 +123,7 @@ class Measurement:
         self.client = client
         self.say = say
         self.prober = Prober(client)
-        self.prompts: PromptSet | None = None  # set before prepare()
+        self.prompts = prompts
         self.bodies: list[tuple[str, RequestBody]] = []
         self.out = Outcomes()
 
@@ -134,7 +135,6 @@ class Measurement:
         """A dataset's requests carry one salt for the run (their shared prefixes stay shared, as in
         production); the built-in sources one per request."""
         spec, profile = self.spec, self.target.lp.profile
-        assert self.prompts is not None  # noqa: S101 - run() sets it first
         salt = new_salt() if spec.salt else None
         return [
             self.engine.replay_request(
@@ -158,7 +158,7 @@ class Measurement:
 
     def _arrivals(self) -> list[float] | None:
         """A paced replay's arrival times (its dataset's, `pace` times faster); None: the level's own."""
-        if self.spec.pace is None or self.prompts is None:
+        if self.spec.pace is None:
             return None
         return [(p.offset_s or 0.0) / self.spec.pace for p in self.prompts.prompts]
 
@@ -182,10 +182,9 @@ class Measurement:
             "num_prompts": len(self.bodies),
         }
         summary |= counter_keys(self.engine, before, after, self.target.lp)
-        if self.prompts is not None:
-            spec_cfg = self.target.lp.profile.speculative
-            drafts = spec_cfg.num_speculative_tokens if spec_cfg else None
-            summary["categories"] = by_category(result.records, self.prompts.categories, drafts)
+        spec_cfg = self.target.lp.profile.speculative
+        drafts = spec_cfg.num_speculative_tokens if spec_cfg else None
+        summary["categories"] = by_category(result.records, self.prompts.categories, drafts)
         extra = other_traffic(summary, result.records)
         summary |= {"other_traffic": extra > 0, "other_traffic_tokens": extra}
         await self._keep(level, summary, result.records, extra)

@@ -61,23 +61,24 @@ class BenchmarkRunner:
         run_id: int,
         spec: BenchmarkSpec,
         target: Target,
+        prompts: PromptSet,
         *,
         experiment_run_id: int | None = None,
         repeat: int = 0,
         say: Callable[[str], None] = lambda _: None,
     ) -> Outcome:
-        """The whole benchmark; stored even when cancelled or failed (the levels it finished)."""
+        """The whole benchmark; stored even when cancelled or failed (the levels it finished). `prompts`:
+        the spec's (prompt_set), read once by the caller, however many benchmarks use them."""
         engine = engine_for(target.lp.profile)
         shapes = spec.levels()
         levels = [Level.of(i, len(shapes), c, r, spec.pace) for i, (c, r) in enumerate(shapes)]
         client = self.http(max((lv.concurrency or spec.num_prompts) for lv in levels), spec.request_timeout_s)
-        bench = Measurement(self.recorder, run_id, spec, target, engine, client, say)
+        bench = Measurement(self.recorder, run_id, spec, target, engine, client, prompts, say)
         outcome, error = Outcome.OK, None
         provenance: StoredJson | None = None
         try:
-            bench.prompts = await asyncio.to_thread(self.prompt_set, spec)
             provenance = await self._provenance(client, spec, target, engine)
-            provenance |= bench.prompts.provenance | {"prompt_hash": bench.prompts.hash}
+            provenance |= prompts.provenance | {"prompt_hash": prompts.hash}
             bench.prepare()
             for level in levels:
                 await bench.level(level)
@@ -92,9 +93,8 @@ class BenchmarkRunner:
             await client.aclose()
         if outcome is Outcome.OK and bench.out.problems:
             outcome, error = Outcome.FAILED, "; ".join(bench.out.problems)
-        prompt_hash = bench.prompts.hash if bench.prompts else ""
         await self._store(
-            run_id, spec, target, provenance, bench.out, (experiment_run_id, repeat, prompt_hash)
+            run_id, spec, target, provenance, bench.out, (experiment_run_id, repeat, prompts.hash)
         )
         await self.recorder.finish(run_id, outcome, error=error, detail=_describe(bench.out) or None)
         return outcome

@@ -9,13 +9,15 @@ Drift: a trend in one profile's own figures over the rounds of an experiment. Pu
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import TYPE_CHECKING
 
-import numpy as np
-from numpy.typing import NDArray
-from scipy import stats
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
 
 CONFIDENCE = 0.95
 ALPHA = 0.01  # the U test's level for a declared difference
@@ -31,8 +33,8 @@ class Judged:
     ratio: float
     low: float
     high: float
-    p_value: float
-    effect: float  # rank-biserial correlation of the profile's figures over the baseline's (-1..1)
+    p_value: float | None  # the U test's (None: a rate, judged by its interval alone)
+    effect: float | None  # rank-biserial correlation of the profile's figures over the baseline's (-1..1)
     verdict: str  # faster | slower | no difference detected
     samples: tuple[int, int]  # (baseline, profile)
     more_needed: int | None  # no difference: requests a side to tell apart a difference of `resolvable`
@@ -53,47 +55,109 @@ def judge(
     confidence: float = CONFIDENCE,
     seed: int = 0,
 ) -> Judged | None:
-    """None with fewer than MIN_SAMPLES figures on a side (or a mean of zero)."""
+    """The ratio of the means (a latency: the baseline's over the profile's). None with fewer than
+    MIN_SAMPLES figures on a side (or a mean of zero)."""
+    import numpy as np  # here: scipy and numpy cost the daemon's start a second, and most runs judge nothing
+
     a, b = np.asarray(base, dtype=float), np.asarray(other, dtype=float)
     if min(a.size, b.size) < MIN_SAMPLES or a.mean() <= 0 or b.mean() <= 0:
         return None
 
-    def speedup(x: NDArray[np.float64], y: NDArray[np.float64], axis: int = -1) -> NDArray[np.float64]:
-        ratio: NDArray[np.float64] = (
-            x.mean(axis=axis) / y.mean(axis=axis)
-            if lower_is_better
-            else y.mean(axis=axis) / x.mean(axis=axis)
-        )
-        return ratio
+    def ratio(ia: NDArray[np.intp], ib: NDArray[np.intp]) -> NDArray[np.float64]:
+        ma, mb = a[ia].mean(axis=-1), b[ib].mean(axis=-1)
+        out: NDArray[np.float64] = ma / mb if lower_is_better else mb / ma
+        return out
 
-    ratio = float(speedup(a, b))
-    interval = stats.bootstrap(
-        (a, b),
-        speedup,
-        vectorized=True,
-        paired=False,
-        confidence_level=confidence,
-        n_resamples=RESAMPLES,
-        method="BCa",
-        rng=np.random.default_rng(seed),
-    ).confidence_interval
+    return _judged(ratio, (a.size, b.size), (a, b), lower_is_better, confidence, seed)
+
+
+def judge_rate(
+    base: tuple[Sequence[float], Sequence[float]],
+    other: tuple[Sequence[float], Sequence[float]],
+    *,
+    confidence: float = CONFIDENCE,
+    seed: int = 0,
+) -> Judged | None:
+    """Output throughput: each side's (tokens, seconds) per request, its rate the sum of tokens over the sum
+    of seconds, as the aggregate throughput weighs them (a mean of per-request rates would count a short
+    fast request as much as a long slow one: with a mix of prompt kinds the two disagree). The interval
+    resamples whole requests. No rank test fits a ratio of sums (most requests may be slower while the
+    total is faster), so a difference is declared where the (1 - ALPHA) interval excludes 1."""
+    import numpy as np
+
+    (ta, sa), (tb, sb) = (tuple(np.asarray(x, dtype=float) for x in side) for side in (base, other))
+    ok_a, ok_b = (ta > 0) & (sa > 0), (tb > 0) & (sb > 0)
+    ta, sa, tb, sb = ta[ok_a], sa[ok_a], tb[ok_b], sb[ok_b]
+    if min(ta.size, tb.size) < MIN_SAMPLES:
+        return None
+
+    def ratio(ia: NDArray[np.intp], ib: NDArray[np.intp]) -> NDArray[np.float64]:
+        rate_a = ta[ia].sum(axis=-1) / sa[ia].sum(axis=-1)
+        out: NDArray[np.float64] = tb[ib].sum(axis=-1) / sb[ib].sum(axis=-1) / rate_a
+        return out
+
+    return _judged(ratio, (ta.size, tb.size), None, False, confidence, seed)
+
+
+def _judged(
+    ratio: Callable[[NDArray[np.intp], NDArray[np.intp]], NDArray[np.float64]],
+    sizes: tuple[int, int],
+    ranked: tuple[NDArray[np.float64], NDArray[np.float64]] | None,  # what the U test compares (None: none)
+    lower_is_better: bool,  # of the ranked figures
+    confidence: float,
+    seed: int,
+) -> Judged | None:
+    """The bootstrap interval of `ratio` (over requests: it is given index arrays), the U test, the verdict:
+    a difference only where the interval excludes 1 and the U test agrees at p < ALPHA (without a U test:
+    where the interval at 1 - ALPHA excludes 1)."""
+    import numpy as np
+    from scipy import stats
+
+    na, nb = sizes
+    point = float(ratio(np.arange(na), np.arange(nb)))
+
+    def statistic(ia: NDArray[np.float64], ib: NDArray[np.float64], axis: int = -1) -> NDArray[np.float64]:
+        return ratio(ia.astype(np.intp), ib.astype(np.intp))
+
+    with warnings.catch_warnings():  # identical figures (a degenerate sample): no interval, said below
+        warnings.simplefilter("ignore")
+        data = (np.arange(na), np.arange(nb))
+        rng = np.random.default_rng(seed)
+        found = stats.bootstrap(
+            data, statistic, vectorized=True, paired=False, confidence_level=confidence,
+            n_resamples=RESAMPLES, method="BCa", rng=rng,
+        )  # fmt: skip
+        interval = found.confidence_interval
+        if ranked is not None:
+            a, b = ranked
+            u = stats.mannwhitneyu(b, a, alternative="two-sided")
+            p: float | None = float(u.pvalue)
+            effect: float | None = 2.0 * float(u.statistic) / (na * nb) - 1.0  # P(b > a) - P(b < a)
+            strict = (float(interval.low), float(interval.high))
+        else:  # the same resamples, the stricter level
+            p, effect = None, None
+            wide = stats.bootstrap(
+                data, statistic, vectorized=True, paired=False, confidence_level=1.0 - ALPHA,
+                n_resamples=0, method="BCa", rng=rng, bootstrap_result=found,
+            ).confidence_interval  # fmt: skip
+            strict = (float(wide.low), float(wide.high))
     low, high = float(interval.low), float(interval.high)
-    u = stats.mannwhitneyu(b, a, alternative="two-sided")
-    effect = 2.0 * float(u.statistic) / (a.size * b.size) - 1.0  # P(b > a) - P(b < a)
-    better = -effect if lower_is_better else effect
-    if low > 1.0 and u.pvalue < ALPHA and better > 0:
-        verdict = "faster"
-    elif high < 1.0 and u.pvalue < ALPHA and better < 0:
-        verdict = "slower"
+    if not all(math.isfinite(v) for v in (point, low, high, *strict, p if p is not None else 0.0)):
+        return None  # no spread to judge by (every request alike): JSON has no NaN either
+    if effect is None:  # a rate: its interval at 1 - ALPHA
+        up, down = strict[0] > 1.0, strict[1] < 1.0
     else:
-        verdict = "no difference detected"
+        better = -effect if lower_is_better else effect
+        sure = p is not None and p < ALPHA
+        up, down = low > 1.0 and sure and better > 0, high < 1.0 and sure and better < 0
+    verdict = "faster" if up else "slower" if down else "no difference detected"
     more, resolvable = None, None
     if verdict == "no difference detected":
-        resolvable = max(abs(ratio - 1.0), 0.005)
-        n = min(a.size, b.size)
+        resolvable = max(abs(point - 1.0), 0.005)
+        n = min(na, nb)
         half = max((high - low) / 2.0, 1e-9)
         more = max(0, math.ceil(n * (half / resolvable) ** 2) - n)
-    return Judged(ratio, low, high, float(u.pvalue), effect, verdict, (a.size, b.size), more, resolvable)
+    return Judged(point, low, high, p, effect, verdict, (na, nb), more, resolvable)
 
 
 def requests_for(cv: float, difference: float, *, power: float = 0.9, alpha: float = ALPHA) -> int:
@@ -105,6 +169,8 @@ def requests_for(cv: float, difference: float, *, power: float = 0.9, alpha: flo
 
 def spread(values: Sequence[float]) -> float:
     """The per-request coefficient of variation (what requests_for plans from)."""
+    import numpy as np
+
     x = np.asarray(values, dtype=float)
     return float(x.std(ddof=1) / x.mean()) if x.size > 1 and x.mean() > 0 else 0.0
 
@@ -124,6 +190,9 @@ def drift(
     experiment. None with fewer than two rounds."""
     if len(rounds) < 2 or any(len(r) == 0 for r in rounds):
         return None
+    import numpy as np
+    from scipy import stats
+
     x = np.concatenate([np.full(len(r), i, dtype=float) for i, r in enumerate(rounds)])
     y = np.concatenate([np.asarray(r, dtype=float) for r in rounds])
     fit = stats.linregress(x, y)

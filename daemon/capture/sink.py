@@ -104,13 +104,6 @@ class CaptureSink:
             with contextlib.suppress(StoreError):
                 await asyncio.to_thread(self.store.add, self.pending, self.caps, self.clock())
 
-    def offer(self, path: str, authorization: str | None, category: str | None, raw: bytes) -> bool:
-        """One mirrored request: True when kept (`check`, the size, then `keep`)."""
-        endpoint = self.check(path, authorization)
-        if len(raw) > self.settings.max_body_bytes:
-            raise self.too_large()
-        return self.keep(endpoint, category, raw)
-
     def check(self, path: str, authorization: str | None) -> Endpoint:
         """Before the body is read: capture off or no such path (NotFound), a wrong token (AccessDenied)."""
         if not self.enabled:

@@ -140,6 +140,7 @@ def experiment(args: argparse.Namespace) -> int:
         "profiles": args.profiles,
         "benchmark": spec(args),
         "repeats": args.repeats,
+        "rounds": args.rounds,
         "restore": not args.no_restore,
     }
     if args.vary:
@@ -174,7 +175,7 @@ def compare(args: argparse.Namespace) -> int:
         return sweep.sweep_table(args)
     cmp = client(args).get("/compare", baseline=args.baseline, benchmark_spec=args.spec)
     head = (
-        f"{'profile':18} {'tok/s':>8} {'±%':>5} {'speedup':>8} {'verdict':13} {'TTFT p50':>9} "
+        f"{'profile':18} {'tok/s':>8} {'±%':>5} {'speedup':>8} {'verdict':22} {'TTFT p50':>9} "
         f"{'TPOT p50':>9} {'ITL p99':>8} {'acc len':>8} {'acc rate':>8}  runs"
     )
     lines = [
@@ -188,17 +189,33 @@ def compare(args: argparse.Namespace) -> int:
         speedup = figure(r["speedup"], ".2f") + "x" if r["speedup"] else "-"
         lines.append(
             f"{r['profile']:18} {figure(r['output_throughput']):>8} {figure(cv):>5} {speedup:>8} "
-            f"{r['verdict'] or '-':13} {figure(lat['ttft']['median']):>9} "
+            f"{r['verdict'] or '-':22} {figure(lat['ttft']['median']):>9} "
             f"{figure(lat['tpot']['median'], '.2f'):>9} "
             f"{figure(lat['itl']['p99'], '.2f'):>8} {figure(r['acceptance_length'], '.2f'):>8} "
             f"{figure(r['acceptance_rate'], '.3f'):>8}  " + ",".join(str(i) for i in r["run_ids"])
         )
+    lines += _judged(cmp["rows"])
     lines += [f"{r['profile']}: {r['per_category']}" for r in cmp["rows"] if r.get("per_category")]
     lines += _category_table(cmp["rows"])
     lines += [f"note: {n}" for n in cmp["notes"]]
     lines += [f"known answer of {a['profile']} {a['text']}" for a in cmp.get("answers") or []]
     emit(args, cmp, "\n".join(lines))
     return EXIT_OK
+
+
+JUDGED = {"throughput": "tok/s a request", "ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E"}
+
+
+def _judged(rows: list[ApiJson]) -> list[str]:
+    """Each profile's verdicts from its requests: the ratio's 95% interval (above 1: better)."""
+    out = []
+    for r in rows:
+        judged, texts = r.get("judged") or {}, r.get("judged_text") or {}
+        for key, label in JUDGED.items():
+            if (j := judged.get(key)) is not None:
+                n = j["samples"]
+                out.append(f"{r['profile']}: {label}: {texts[key]} ({n[0]} and {n[1]} requests)")
+    return out
 
 
 def _category_table(rows: list[ApiJson]) -> list[str]:
@@ -304,6 +321,12 @@ def add_commands(add: Add) -> None:
     p.add_argument("profiles", nargs="+")
     p.add_argument(
         "--repeats", type=int, default=1, help="benchmarks per profile (their spread is the noise)"
+    )
+    p.add_argument(
+        "--rounds",
+        type=int,
+        default=1,
+        help="interleaved rounds (ABBA for two profiles): a drift of the host falls on each alike",
     )
     p.add_argument("--no-restore", action="store_true", help="stay on the last profile")
     p.add_argument("--at", help='later, by a systemd timer: "Sat 03:00" (OnCalendar=) or "+10min"')

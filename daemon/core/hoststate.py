@@ -52,6 +52,14 @@ class ParkedInfo:
 
 
 @dataclass(frozen=True)
+class ParkBudget:
+    """The host RAM parked engines may pin (park_ram_budget_bytes) and what they pin now."""
+
+    budget_bytes: int = 0
+    used_bytes: int = 0
+
+
+@dataclass(frozen=True)
 class HostStatus:
     state: HostState = HostState.IDLE
     active_profile: str | None = None
@@ -70,6 +78,7 @@ class HostStatus:
     job_run_id: int | None = None  # a benchmark or experiment in progress
     job: str | None = None  # what the jobs in progress are doing, one line
     parked: tuple[ParkedInfo, ...] = ()  # engines asleep for a fast switch back
+    park_budget: ParkBudget = ParkBudget()
 
     @property
     def job_line(self) -> JobLine:
@@ -143,8 +152,8 @@ class StateHub:
     def warnings(self, warnings: tuple[str, ...]) -> HostStatus:
         return self._set(replace(self.status, warnings=warnings))
 
-    def parked(self, engines: tuple[ParkedInfo, ...]) -> HostStatus:
-        return self._set(replace(self.status, parked=engines))
+    def parked(self, engines: tuple[ParkedInfo, ...], budget: ParkBudget) -> HostStatus:
+        return self._set(replace(self.status, parked=engines, park_budget=budget))
 
     def set_job(self, line: JobLine) -> HostStatus:
         return self._set(replace(self.status, job_run_id=line.run_id, job=line.text))

@@ -135,10 +135,13 @@ class Settings(BaseSettings):
     warm_block_bytes: int = Field(default=16 * 1024**2, ge=4096)
     residency_every_s: float = Field(default=60.0, gt=0)  # each profile's weight residency, refreshed
     warm_always_below: float = Field(default=0.98, gt=0, le=1)  # warm = "always": re-warm under this share
-    # Parking: a level-1 sleep pins the weights in host RAM; it is refused unless they fit in MemAvailable
-    # minus this reserve. At most `max_parked` engines sleep at once.
+    # Parking: a level-1 sleep pins the weights in host RAM. As many engines sleep at once as their weights
+    # fit in park_ram_budget_bytes (unset: MemAvailable at the daemon's start minus the reserve); a park
+    # beyond it stops the least recently parked first. Each park also needs its weights in MemAvailable
+    # minus the reserve at the time. max_parked: a cap on the count as well (unset: none; 0: parking off).
     park_ram_reserve_bytes: int = Field(default=64 * 1024**3, ge=0)
-    max_parked: int = Field(default=1, ge=0)
+    park_ram_budget_bytes: int | None = Field(default=None, ge=0)
+    max_parked: int | None = Field(default=None, ge=0)
     # A sweep's variants (the product of its axes' values) at most.
     max_variants: int = Field(default=12, ge=1, le=100)
 

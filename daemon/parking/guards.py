@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 from daemon.core.profiles import Profile
 from daemon.host.gpu import GpuInfo
@@ -60,9 +61,42 @@ def ram_problem(weight_bytes: int, mem_available: int, reserve: int) -> str | No
     )
 
 
-def max_parked_problem(parked: list[str], max_parked: int) -> str | None:
-    if len(parked) < max_parked:
+def max_parked_problem(parked: list[str], max_parked: int | None) -> str | None:
+    """An operator's cap on the count (None: the RAM budget alone limits it; 0: parking is off)."""
+    if max_parked is None or len(parked) < max_parked:
         return None
     if not parked:
         return "max_parked = 0: parking is off on this host"
     return f"max_parked = {max_parked} and {', '.join(parked)} is parked already"
+
+
+@dataclass(frozen=True)
+class Pinned:
+    """A parked engine as the RAM budget sees it."""
+
+    profile: str
+    since: float  # when it was parked: its last use
+    ram_bytes: int
+
+
+def evictions(parked: list[Pinned], need: int, budget: int) -> list[Pinned]:
+    """The parked engines to stop, least recently used first, so that `need` more bytes of pinned weights
+    fit in the budget beside the rest; NoRoom when even with none parked they would not."""
+    if need > budget:
+        raise NoRoom(
+            f"the weights ({need / 1024**2:.1f} MiB) would be pinned in host RAM, but "
+            f"park_ram_budget_bytes is {budget / 1024**2:.1f} MiB"
+        )
+    used = sum(p.ram_bytes for p in parked)
+    out = []
+    for p in sorted(parked, key=lambda p: p.since):
+        if used + need <= budget:
+            break
+        if p.ram_bytes:
+            out.append(p)
+            used -= p.ram_bytes
+    return out
+
+
+class NoRoom(Exception):
+    """No park fits the RAM budget: the engine is stopped as usual."""

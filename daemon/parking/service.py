@@ -9,7 +9,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 
@@ -23,7 +22,9 @@ from daemon.engines.client import EnginePort, ProbeFailed, ProbeProgress
 from daemon.engines.probing import in_flight, probe_generation
 from daemon.host.systemd import SystemdPort
 from daemon.parking import guards
+from daemon.parking.budget import RamBudget, RamPlan
 from daemon.parking.known_answer import KnownAnswers
+from daemon.parking.proof import NotParked, asleep, says_sleeping
 from daemon.runs.events import RunEvents
 from daemon.runs.jobs import JobKind, Jobs
 from daemon.runs.recorder import RunRecorder
@@ -42,10 +43,6 @@ class _Entry:
     sha256: str  # of the file it was started from
 
 
-class NotParked(Exception):
-    """One guard said no: the reason goes on the run and the switch goes the normal way."""
-
-
 def _since(info: ParkedInfo) -> str:
     return datetime.fromtimestamp(info.since, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
@@ -61,10 +58,8 @@ class Parking:
         store: ParkedStore,
         jobs: Jobs,
         answers: KnownAnswers,
-        weight_bytes: Callable[[Profile], int],
-        mem_available: Callable[[], int],
-        ram_reserve_bytes: int,
-        max_parked: int,
+        budget: RamBudget,
+        max_parked: int | None,
         stop_timeout_s: float,
     ) -> None:
         self.systemd = systemd
@@ -74,9 +69,7 @@ class Parking:
         self.store = store
         self.jobs = jobs
         self.answers = answers  # every wake is proven by the answer recorded after the cold start
-        self._weight_bytes = weight_bytes
-        self._mem_available = mem_available
-        self.ram_reserve_bytes = ram_reserve_bytes
+        self.budget = budget  # host RAM for pinned weights: as many park as fit
         self.max_parked = max_parked
         self.stop_timeout_s = stop_timeout_s
         self._parked: dict[str, _Entry] = {}
@@ -121,7 +114,8 @@ class Parking:
         return entry.info if entry else None
 
     def _publish(self) -> None:
-        self.recorder.hub.parked(tuple(e.info for e in self._parked.values()))
+        infos = tuple(e.info for e in self._parked.values())
+        self.recorder.hub.parked(infos, self.budget.of(infos))
 
     # -- park on switch-away ---------------------------------------------------------------------------
 
@@ -134,11 +128,13 @@ class Parking:
             return False
         events = RunEvents(self.recorder, run_id)
         try:
-            ram = await self._guards(p, target, engine)
+            plan = await self._guards(p, target, engine)
+            for old in plan.evict:
+                await self.release(run_id, old.profile, self.budget.reason(p, plan))
             await events.phase(
                 Phase.PARKING, f"putting {p.name} to sleep (level {p.park_level}) instead of stopping it"
             )
-            info = await self._sleep(run_id, lp, calls, ram)
+            info = await self._sleep(run_id, lp, calls, plan.ram_bytes)
         except NotParked as e:
             log.warning("run %d: not parking %s: %s; it is stopped instead", run_id, p.name, e)
             await events.phase(Phase.PARKING, f"not parked: {e}; stopping {p.name} instead")
@@ -152,27 +148,28 @@ class Parking:
         await events.phase(Phase.PARKING, detail)
         return True
 
-    async def _guards(self, p: Profile, target: Profile, engine: Engine) -> int:
-        """Every guard before the sleep; the weight bytes it will pin in host RAM (0: none)."""
-        others = [name for name in self._parked if name != target.name]  # a parked target wakes next
-        if why := guards.max_parked_problem(others, self.max_parked):
+    async def _guards(self, p: Profile, target: Profile, engine: Engine) -> RamPlan:
+        """Every guard before the sleep; the weight bytes it will pin in host RAM (0: none) and the parked
+        engines to stop first for them (the least recently used)."""
+        others = [e.info for name, e in self._parked.items() if name != target.name]  # a target wakes next
+        if why := guards.max_parked_problem([o.profile for o in others], self.max_parked):
             raise NotParked(why)
         if why := guards.port_problem(target, p):
             raise NotParked(why)
         bound = {g: p.park_residual_mib for g in p.gpus}
         await self._fits(target, bound)
-        ram = 0
+        plan = RamPlan(0)
         if engine.park_pins_weights(p):
-            ram = await asyncio.to_thread(self._weight_bytes, p)
-            available = await asyncio.to_thread(self._mem_available)
-            if why := guards.ram_problem(ram, available, self.ram_reserve_bytes):
-                raise NotParked(why)
+            try:
+                plan = await self.budget.plan(p, others)
+            except guards.NoRoom as e:
+                raise NotParked(str(e)) from None
         if busy := await in_flight(p, self.prober):
             raise NotParked(
                 f"{busy} request(s) still in flight: a sleep with requests in flight crashes "
                 "workers (vllm-project/vllm#28714)"
             )
-        return ram
+        return plan
 
     async def _fits(self, target: Profile, held: dict[int, int]) -> None:
         for info in (e.info for e in self._parked.values()):
@@ -198,28 +195,13 @@ class Parking:
         info = ParkedInfo(p.name, p.unit, time.time(), p.park_level, st.main_pid, bound, ram, run_id)
         await asyncio.to_thread(self.store.save, info, lp.sha256)
         try:
-            measured = await self._asleep(p, calls, st.main_pid, st.control_group)
+            measured = await asleep(
+                self.prober, self.teardown, p, calls, (st.main_pid, st.control_group), await self.spared()
+            )
         except BaseException:
             await asyncio.to_thread(self.store.remove, p.name)
             raise
         return replace(info, gpu_mib=measured)
-
-    async def _asleep(self, p: Profile, calls: ParkCalls, main_pid: int, cgroup: str) -> dict[int, int]:
-        """Sleep, confirm, and verify on the GPUs; what it still holds per GPU above idle."""
-        status = await self.prober.call(p, calls.sleep, timeout_s=p.load_timeout_s)
-        if status != 200:
-            raise NotParked(f"POST {calls.sleep} answered {f'HTTP {status}' if status else 'nothing'}")
-        if why := await self._says_sleeping(p, calls, True):
-            raise NotParked(f"{why} after the sleep")
-        members = await asyncio.to_thread(self.teardown.cgroup_pids, cgroup) if cgroup else []
-        allowed = Parked(
-            f"parking {p.name}", frozenset([main_pid, *members]), {g: p.park_residual_mib for g in p.gpus}
-        )
-        checked = await self.teardown.verify_parked(tuple(p.gpus), allowed)
-        if not checked.ok:  # /sleep said 200 and the memory stayed (vllm-project/vllm#47654)
-            raise NotParked(f"GPU memory still held after the sleep answered 200: {checked.message}")
-        idle = self.teardown.idle_mib
-        return {c.index: max(0, c.used_mib - idle.get(c.index, 0)) for c in checked.gpus}
 
     # -- the way back ------------------------------------------------------------------------------------
 
@@ -261,7 +243,7 @@ class Parking:
                 said = f"HTTP {status}" if status else "nothing"
                 raise NotParked(f"POST {step.path} answered {said}" + (f": {step.note}" if step.note else ""))
             took[step.stage] = took.get(step.stage, 0.0) + time.monotonic() - t0
-        if why := await self._says_sleeping(p, calls, False):
+        if why := await says_sleeping(self.prober, p, calls, False):
             raise NotParked(f"{why} after the wake")
         seconds = time.monotonic() - began
         took["wake"] = seconds - sum(v for k, v in took.items() if k != "wake")
@@ -385,13 +367,4 @@ class Parking:
         if st.is_down or st.main_pid != info.main_pid:
             return f"{info.unit} is {st.active_state} with main PID {st.main_pid} (parked: {info.main_pid})"
         calls = engine_for(lp.profile).park_calls(lp.profile)
-        return await self._says_sleeping(lp.profile, calls, True) if calls is not None else None
-
-    async def _says_sleeping(self, p: Profile, calls: ParkCalls, expected: bool) -> str | None:
-        """Whether the engine's own answer (where it has one) disagrees with `expected`: what it said."""
-        if calls.sleeping is None:
-            return None
-        said = await self.prober.read_json(p, calls.sleeping)
-        if said and said.get("is_sleeping") is expected:
-            return None
-        return f"GET {calls.sleeping} answered {said}"
+        return await says_sleeping(self.prober, lp.profile, calls, True) if calls is not None else None

@@ -17,6 +17,7 @@ from daemon.api.controllers.runs import RunsController
 from daemon.api.controllers.status import StatusController
 from daemon.api.controllers.teardown import TeardownController
 from daemon.benchmark.experiments import Experiments
+from daemon.benchmark.judging import Judging
 from daemon.benchmark.runner import BenchmarkRunner
 from daemon.benchmark.schedules import Schedules
 from daemon.benchmark.sweep.service import Sweeps
@@ -26,6 +27,7 @@ from daemon.core.hoststate import StateHub
 from daemon.core.settings import Settings
 from daemon.datasets.service import Datasets
 from daemon.host.pagecache import PageCache, mem_available
+from daemon.parking.budget import RamBudget, default_budget
 from daemon.parking.known_answer import KnownAnswers
 from daemon.parking.service import Parking
 from daemon.runs.jobs import Jobs
@@ -191,9 +193,14 @@ def _parking(b: _Basics, answers: KnownAnswers, warmer: Warmer) -> Parking:
         store=ParkedStore(b.recorder.store),
         jobs=b.jobs,
         answers=answers,
-        weight_bytes=lambda p: warmer.scan(p).bytes,
-        mem_available=mem_available,
-        ram_reserve_bytes=b.s.park_ram_reserve_bytes,
+        budget=RamBudget(
+            budget_bytes=default_budget(
+                b.s.park_ram_budget_bytes, mem_available(), b.s.park_ram_reserve_bytes
+            ),
+            weight_bytes=lambda p: warmer.scan(p).bytes,
+            mem_available=mem_available,
+            reserve_bytes=b.s.park_ram_reserve_bytes,
+        ),
         max_parked=b.s.max_parked,
         stop_timeout_s=b.s.stop_timeout_s,
     )
@@ -341,8 +348,10 @@ def _bench(
         check_paths=s.check_model_paths,
         service_port=s.service_port,
     )
+    judging = Judging(bench_store=bench_store)
     experiments = Experiments(
         runner=runner,
+        judging=judging,
         jobs=b.jobs,
         recorder=recorder,
         switcher=switcher,
@@ -363,6 +372,7 @@ def _bench(
     )
     return BenchController(
         experiments=experiments,
+        judging=judging,
         schedules=schedules,
         answers=answers,
         bench_store=bench_store,

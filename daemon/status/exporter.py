@@ -193,6 +193,15 @@ class K25Collector:
             ram.add_metric([p.profile], float(p.host_ram_bytes))
             for index, mib in sorted(p.gpu_mib.items()):
                 gpu.add_metric([p.profile, str(index)], float(mib))
+        budget = self.hub.status.park_budget
+        yield GaugeMetricFamily(
+            "k25_park_ram_budget_bytes",
+            "host RAM parked engines may pin (park_ram_budget_bytes)",
+            value=float(budget.budget_bytes),
+        )
+        yield GaugeMetricFamily(
+            "k25_park_ram_pinned_bytes", "host RAM the parked engines pin now", value=float(budget.used_bytes)
+        )
         yield from (parked, ram, gpu)
 
 

@@ -123,6 +123,16 @@ class BenchStore:
                 by_bench.setdefault(lv.benchmark_id, []).append(lv)
             return [BenchmarkView(b, r, by_bench.get(b.id or 0, [])) for b, r in rows]
 
+    def first_requests(self, run_ids: list[int]) -> dict[int, list[RequestRow]]:
+        """Each benchmark run's first level's request rows (what the verdicts are judged from)."""
+        with self.store.session() as s:
+            q = (
+                select(Benchmark.run_id, BenchmarkLevel.requests)
+                .where(BenchmarkLevel.benchmark_id == Benchmark.id, BenchmarkLevel.position == 0)
+                .where(col(Benchmark.run_id).in_(run_ids))
+            )
+            return {rid: unpack(blob) for rid, blob in s.exec(q).all() if blob}
+
     def newest_throughput(self) -> dict[str, float]:
         """Each profile's newest benchmark's output throughput at its first level (tok/s), for /metrics;
         read again only after a benchmark was saved."""

@@ -335,9 +335,12 @@ class Teardown:
         snap = await self._snapshot(unit_cgroups or {}, managed_units, ports, full=full)
         return plan(replace(snap, parked=parked), replace(self.policy, gpus=gpus))
 
-    async def verify_parked(self, gpus: tuple[int, ...], parked: Parked) -> VerifyResult:
-        """After a sleep: on its GPUs only the parked engine's processes, within its allowed residual."""
-        return await self._verify(gpus, (parked,))
+    async def verify_parked(
+        self, gpus: tuple[int, ...], parked: Parked, others: tuple[Parked, ...] = ()
+    ) -> VerifyResult:
+        """After a sleep: on its GPUs only the parked engine's processes, within its allowed residual, beside
+        the engines parked before it (`others`, each within its own)."""
+        return await self._verify(gpus, (parked, *others))
 
     async def _verify(self, gpus: tuple[int, ...] | None, parked: tuple[Parked, ...]) -> VerifyResult:
         return await verify(

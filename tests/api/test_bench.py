@@ -121,6 +121,48 @@ async def test_an_experiment_measures_each_profile_and_restores(env: Env) -> Non
     assert (await env.client.get("/experiments")).json()[0]["run_id"] == exp_id
 
 
+async def test_an_experiment_in_rounds_alternates_and_judges_from_the_requests(env: Env) -> None:
+    """Two rounds of alpha and beta (ABBA: alpha beta | beta alpha, three switches), each profile's
+    requests pooled over its rounds and judged against the first's: the verdict and its interval in the
+    experiment's last event, its record and its comparison; per-round figures."""
+    await _activate(env, "alpha")
+    spec = {"concurrency": [2], "num_prompts": 12, "max_tokens": 8, "warmups": 0}
+    r = await _post(env, "/experiments", {"profiles": ["alpha", "beta"], "benchmark": spec, "rounds": 2})
+    assert r.status_code == 202, r.text
+    exp_id = r.json()["run_id"]
+    run = await wait_run(env, exp_id)
+    exp = (await env.client.get(f"/experiments/{exp_id}")).json()
+    assert run["outcome"] == "ok", exp
+    assert exp["orders"] == [["alpha", "beta"], ["beta", "alpha"]]
+    assert [(s["round"], s["profile"]) for s in exp["steps"]] == [
+        (0, "alpha"),
+        (0, "beta"),
+        (1, "beta"),
+        (1, "alpha"),
+    ]
+    # Already active, or the profile that ended the round before: no switch run.
+    assert [s["switch_run_id"] is not None for s in exp["steps"]] == [False, True, False, True]
+    assert [(x["round"], x["profile"]) for x in exp["rounds"]] == [
+        (0, "alpha"),
+        (0, "beta"),
+        (1, "beta"),
+        (1, "alpha"),
+    ]
+    assert all(x["output_throughput"] > 0 for x in exp["rounds"])
+    rows = {x["profile"]: x for x in exp["comparison"]["rows"]}
+    beta = rows["beta"]
+    assert beta["repeats"] == 2  # its two rounds, pooled
+    judged = beta["judged"]["throughput"]
+    assert judged["samples"] == [24, 24]
+    assert judged["verdict"] == beta["verdict"]
+    assert beta["verdict"] in ("faster", "slower", "no difference detected")
+    line = f"beta: {beta['verdict_text']}"
+    assert exp["verdicts"][0] == line
+    assert line in [e["detail"] for e in run["events"]]
+    assert line in run["events"][-1]["detail"]  # the last event: the whole result
+    assert {"ttft", "tpot", "e2el"} <= set(beta["judged"])
+
+
 async def test_allow_names_every_method_of_a_path(env: Env) -> None:
     # GET (reads) and POST (writes) of /benchmarks live in two routers; a 405 names both.
     for path, allow in (

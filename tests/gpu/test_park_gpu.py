@@ -12,7 +12,7 @@ import subprocess
 import sys
 import threading
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -30,12 +30,8 @@ GIB = 8.0
 
 @pytest.fixture
 def sleeper(nvml: NvmlGpus) -> Iterator[tuple[subprocess.Popen[str], str]]:
-    env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES="0")
-    p = subprocess.Popen([sys.executable, str(SLEEPER), str(GIB)], stdout=subprocess.PIPE, text=True, env=env)
-    assert p.stdout is not None
-    line = p.stdout.readline().split()
-    assert line[0] == "ready"
-    yield p, f"http://127.0.0.1:{line[1]}"
+    p, url = _start_sleeper(GIB)
+    yield p, url
     p.terminate()  # the process this test started
     p.wait(timeout=30)
 
@@ -113,3 +109,75 @@ def _hot_load_seconds(path: Path, size: int) -> float:
                          capture_output=True, text=True, timeout=300, check=True)  # fmt: skip
     path.unlink()
     return float(out.stdout.strip())
+
+
+def _start_sleeper(gib: float) -> tuple[subprocess.Popen[str], str]:
+    env = dict(os.environ, CUDA_DEVICE_ORDER="PCI_BUS_ID", CUDA_VISIBLE_DEVICES="0")
+    p = subprocess.Popen([sys.executable, str(SLEEPER), str(gib)], stdout=subprocess.PIPE, text=True, env=env)
+    assert p.stdout is not None
+    line = p.stdout.readline().split()
+    assert line[0] == "ready", line
+    return p, f"http://127.0.0.1:{line[1]}"
+
+
+@pytest.fixture
+def start_sleeper(nvml: NvmlGpus) -> Iterator[Callable[[float], tuple[subprocess.Popen[str], str]]]:
+    started: list[subprocess.Popen[str]] = []
+
+    def start(gib: float) -> tuple[subprocess.Popen[str], str]:
+        p, url = _start_sleeper(gib)
+        started.append(p)
+        return p, url
+
+    yield start
+    for p in started:  # the processes this test started
+        p.terminate()
+        p.wait(timeout=30)
+
+
+def test_two_parked_engines_are_each_verified_spared_by_a_teardown_and_woken_bit_exact(
+    nvml: NvmlGpus,
+    holders: Holders,
+    start_sleeper: Callable[[float], tuple[subprocess.Popen[str], str]],
+    tmp_path: Path,
+) -> None:
+    """Every profile one wake away (#37): two engines asleep on one GPU at once, each verified within its own
+    residual (the other's memory is not its allowance), a teardown for a third engine that kills only that
+    engine's holder, and each woken with its weights bit for bit."""
+    teardown = _teardown(nvml, tmp_path)
+    two_sleepers, sums, parked = [], [], list[Parked]()
+    for i in range(2):  # one engine after the other, as switches park them: each started, then put to sleep
+        proc, url = start_sleeper(4.0)
+        two_sleepers.append((proc, url))
+        sums.append(_call("GET", f"{url}/checksum")[1]["checksum"])
+        assert _call("POST", f"{url}/sleep?level=1")[0] == 200
+        assert _call("GET", f"{url}/is_sleeping")[1] == {"is_sleeping": True}
+        bound = Parked(f"parking sleeper {i}", frozenset({proc.pid}), {0: 6144})
+        # As Parking verifies a sleep: beside the engines parked before it, each within what it recorded.
+        checked = asyncio.run(teardown.verify_parked((0,), bound, tuple(parked)))
+        recorded = (
+            checked.gpus[0].used_mib - teardown.idle_mib.get(0, 0) - sum(p.residual_mib[0] for p in parked)
+        )
+        print(f"sleeper {i} (pid {proc.pid}) asleep: NVML says it holds {_held_by(nvml, proc.pid)} MiB, "
+              f"recorded residual {recorded} MiB;", checked.message)  # fmt: skip
+        assert checked.ok, checked.message
+        assert 0 <= recorded <= 6144
+        parked.append(Parked(f"parked sleeper {i}", frozenset({proc.pid}), {0: recorded}))
+    other = holders(0, 4)  # the engine the next switch stops
+    plan = asyncio.run(teardown.plan((0,), parked=tuple(parked)))
+    victims = {v.pid for v in plan.victims}
+    if victims != {other.pid}:  # the device machine is not ours to clean: only our own holder may go
+        pytest.fail(f"the plan's victims {sorted(victims)} are not exactly our holder {other.pid}")
+    spared = {s.pid for s in plan.spared}
+    assert {p.pid for p, _ in two_sleepers} <= spared, plan.spared
+    report = asyncio.run(teardown.run((0,), parked=tuple(parked)))
+    print("teardown with two parked engines:", report.verify)
+    assert report.ok, report.error
+    assert other.wait(timeout=10) < 0
+    for i, (proc, url) in enumerate(two_sleepers):
+        assert proc.poll() is None  # asleep, and alive
+        woke = float(_call("POST", f"{url}/wake_up")[1]["seconds"])  # type: ignore[arg-type]
+        assert _call("GET", f"{url}/checksum")[1]["checksum"] == sums[i]  # bit for bit
+        print(f"sleeper {i} woke in {woke:.3f}s, its weights bit for bit")
+        if i == 0:  # the other still sleeps: its residual is all it holds
+            assert _held_by(nvml, two_sleepers[1][0].pid) <= 6144

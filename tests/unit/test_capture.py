@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.capture.sink import CaptureSink, TooLarge
+from daemon.capture.sink import CaptureSink
 from daemon.core.errors import AccessDenied, InvalidInput, NotFound
 from daemon.core.settings import CaptureSettings
 from daemon.store.capture import Caps, CaptureStore, NewCapture
@@ -31,6 +31,12 @@ def _sink(tmp_path: Path, **settings: object) -> tuple[CaptureSink, CaptureStore
     return CaptureSink(settings=cfg, token=TOKEN, store=store, clock=lambda: clock[0], rng=rng), store, clock
 
 
+def _offer(sink: CaptureSink, path: str, authorization: str | None, category: str | None, raw: bytes) -> bool:
+    """One mirrored request as the sink's route hands it on: checked before its body is read, then kept
+    (the body's size limit is the route's: tests/api/test_capture.py)."""
+    return sink.keep(sink.check(path, authorization), category, raw)
+
+
 def _body(prompt: str = "def f(): pass", **more: object) -> bytes:
     return json.dumps({"model": "m", "prompt": prompt, "max_tokens": 16, "api_key": "sk-no"} | more).encode()
 
@@ -39,12 +45,12 @@ async def test_the_sink_keeps_the_sampled_share_with_its_parameters_and_nothing_
     sink, store, _ = _sink(tmp_path)
     sink.start()
     kept = [
-        sink.offer("/capture/v1/completions", f"Bearer {TOKEN}", "code", _body(temperature=0.2, top_p=0.9))
+        _offer(sink, "/capture/v1/completions", f"Bearer {TOKEN}", "code", _body(temperature=0.2, top_p=0.9))
         for _ in range(8)
     ]
     assert kept == [True, False] * 4
     chat = json.dumps({"messages": [{"role": "user", "content": "hi", "name": "x"}], "stop": "\n"}).encode()
-    assert sink.offer("/capture/v1/chat/completions", f"bearer {TOKEN}", "Not A Name!", chat)
+    assert _offer(sink, "/capture/v1/chat/completions", f"bearer {TOKEN}", "Not A Name!", chat)
     await sink.flush()
     totals = store.totals()
     assert (totals.rows, dict(totals.categories)) == (5, {"code": 4, "-": 1})
@@ -63,28 +69,26 @@ async def test_the_sink_keeps_the_sampled_share_with_its_parameters_and_nothing_
 async def test_the_sink_refuses_without_its_token_when_off_and_for_bad_bodies(tmp_path: Path) -> None:
     sink, store, _ = _sink(tmp_path, sample_rate=1.0, max_body_bytes=200)
     with pytest.raises(AccessDenied):
-        sink.offer("/capture/v1/completions", None, None, _body())
+        _offer(sink, "/capture/v1/completions", None, None, _body())
     with pytest.raises(AccessDenied):
-        sink.offer("/capture/v1/completions", "Bearer admin-token", None, _body())
-    with pytest.raises(TooLarge):
-        sink.offer("/capture/v1/completions", f"Bearer {TOKEN}", None, _body("x" * 300))
+        _offer(sink, "/capture/v1/completions", "Bearer admin-token", None, _body())
     with pytest.raises(InvalidInput, match="not a completions request"):
-        sink.offer("/capture/v1/completions", f"Bearer {TOKEN}", None, b'{"input": "embed me"}')
+        _offer(sink, "/capture/v1/completions", f"Bearer {TOKEN}", None, b'{"input": "embed me"}')
     with pytest.raises(NotFound):
-        sink.offer("/capture/v1/embeddings", f"Bearer {TOKEN}", None, _body())
+        _offer(sink, "/capture/v1/embeddings", f"Bearer {TOKEN}", None, _body())
     off = CaptureSink(settings=CaptureSettings(), token=TOKEN, store=store)
     with pytest.raises(NotFound, match="capture is off"):
-        off.offer("/capture/v1/completions", f"Bearer {TOKEN}", None, _body())
+        _offer(off, "/capture/v1/completions", f"Bearer {TOKEN}", None, _body())
     no_token = CaptureSink(settings=CaptureSettings(enabled=True), token=None, store=store)
     with pytest.raises(AccessDenied, match="no capture token"):
-        no_token.offer("/capture/v1/completions", f"Bearer {TOKEN}", None, _body())
+        _offer(no_token, "/capture/v1/completions", f"Bearer {TOKEN}", None, _body())
     await sink.flush()
     assert store.totals().rows == 0
 
 
 async def test_a_writer_far_behind_drops_new_requests_not_memory(tmp_path: Path) -> None:
     sink, store, _ = _sink(tmp_path, sample_rate=1.0, max_pending=3)  # not started: nothing is written
-    kept = [sink.offer("/capture/v1/completions", f"Bearer {TOKEN}", None, _body()) for _ in range(5)]
+    kept = [_offer(sink, "/capture/v1/completions", f"Bearer {TOKEN}", None, _body()) for _ in range(5)]
     assert kept == [True, True, True, False, False]
     assert sink.counts.dropped_pending == 2
     await sink.close()  # what was accepted is written at the stop

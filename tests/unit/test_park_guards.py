@@ -3,6 +3,8 @@ where the engine would start (vLLM's own check: gpu_memory_utilization x total m
 
 from __future__ import annotations
 
+import pytest
+
 from daemon.core.profiles import Profile
 from daemon.engines import engine_for
 from daemon.host.gpu import GpuInfo
@@ -60,6 +62,17 @@ def test_a_sleeping_server_keeps_its_port_and_max_parked_counts() -> None:
     assert g.max_parked_problem([], 1) is None
     assert g.max_parked_problem(["p"], 1) == "max_parked = 1 and p is parked already"
     assert g.max_parked_problem([], 0) == "max_parked = 0: parking is off on this host"
+    assert g.max_parked_problem(["p", "q", "r"], None) is None  # no cap: the RAM budget limits
+
+
+def test_a_park_beyond_the_budget_stops_the_least_recently_parked_first() -> None:
+    a, b, c = g.Pinned("a", 30.0, 40), g.Pinned("b", 10.0, 40), g.Pinned("c", 20.0, 0)
+    assert g.evictions([a, b, c], 20, 100) == []  # 80 + 20 fits
+    assert g.evictions([a, b, c], 40, 100) == [b]  # b was parked first; c pins nothing
+    assert g.evictions([a, b, c], 100, 100) == [b, a]
+    assert g.evictions([], 100, 100) == []
+    with pytest.raises(g.NoRoom, match=r"would be pinned in host RAM, but park_ram_budget_bytes is 0\.0 MiB"):
+        g.evictions([a], 1, 0)  # a budget too small for any park: refused, nothing evicted
 
 
 def test_only_a_level_one_park_pins_weights() -> None:

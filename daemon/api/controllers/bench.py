@@ -19,14 +19,16 @@ from daemon.api.bench_schemas import (
     PromoteOut,
     ProvenanceOut,
     RestoreOut,
+    RoundOut,
     ScheduleOut,
     StepOut,
     SweepOut,
 )
-from daemon.api.schemas import AcceptedOut
-from daemon.benchmark.compare import compare, finished, predicted_below
+from daemon.api.schemas import AcceptedOut, AgreementOut
+from daemon.benchmark.compare import Comparison, mean, predicted_below
 from daemon.benchmark.experiment_request import ExperimentRequest
 from daemon.benchmark.experiments import Experiments
+from daemon.benchmark.judging import Judging
 from daemon.benchmark.schedules import Schedule, Schedules
 from daemon.benchmark.spec import BenchmarkSpec
 from daemon.benchmark.sweep.ranking import parse_metric
@@ -38,20 +40,20 @@ from daemon.store.bench import BenchmarkView, BenchStore, ExperimentView, unpack
 from daemon.store.models import Run
 from daemon.store.queries import Store
 
-COMPARE_WINDOW = 500  # newest benchmarks compare reads
-
 
 class BenchController:
     def __init__(
         self,
         *,
         experiments: Experiments,
+        judging: Judging,
         schedules: Schedules,
         answers: KnownAnswers,
         bench_store: BenchStore,
         store: Store,
     ) -> None:
         self.svc = experiments
+        self.judging = judging
         self.schedules = schedules
         self.answers = answers
         self.bench_store = bench_store
@@ -112,7 +114,14 @@ class BenchController:
         found = await asyncio.to_thread(self.bench_store.experiment, run_id=run_id)
         if found is None:
             raise NotFound(f"no experiment run {run_id}")
-        return self._with_answers(experiment_out(found))
+        out = self._with_answers(experiment_out(found))
+        views = await asyncio.to_thread(self.bench_store.recent, limit=500, experiment=run_id)
+        if not views or out.request.get("variants"):  # a sweep's figures: GET /experiments/ID/sweep
+            return out
+        comparison = await self.judging.compare(baseline=out.steps[0].profile, experiment=run_id)
+        return out.model_copy(
+            update={"rounds": rounds_out(out.steps, views), "comparison": _compare_out(comparison, [])}
+        )
 
     async def experiments(self, *, limit: int) -> list[ExperimentOut]:
         found = await asyncio.to_thread(self.bench_store.experiments, limit=limit)
@@ -143,12 +152,33 @@ class BenchController:
         return PromoteOut(name=path.stem, file=str(path))
 
     async def compare(self, *, baseline: str, spec_hash: str | None) -> CompareOut:
-        views = await asyncio.to_thread(self.bench_store.recent, limit=COMPARE_WINDOW)
-        rows = finished(views)
-        result = compare(rows, baseline=baseline, spec_hash=spec_hash)
+        result = await self.judging.compare(baseline=baseline, spec_hash=spec_hash)
         agreed = self.answers.agreements(baseline)
-        answers = [agreement_out(name, a) for name, a in sorted(agreed.items())]
-        return CompareOut.model_validate(asdict(result) | {"answers": answers})
+        return _compare_out(result, [agreement_out(name, a) for name, a in sorted(agreed.items())])
+
+
+def _compare_out(result: Comparison, answers: list[AgreementOut]) -> CompareOut:
+    return CompareOut.model_validate(asdict(result) | {"answers": answers})
+
+
+def rounds_out(steps: list[StepOut], views: list[BenchmarkView]) -> list[RoundOut]:
+    """Each step's benchmarks' figures (their first level), averaged over its repeats."""
+    by_run = {v.bench.run_id: v.bench for v in views}
+    out = []
+    for step in steps:
+        benches = [b for rid in step.benchmark_run_ids if (b := by_run.get(rid)) is not None]
+        thr = [b.output_throughput for b in benches if b.output_throughput is not None]
+        acc = [b.acceptance_length for b in benches if b.acceptance_length is not None]
+        out.append(
+            RoundOut(
+                round=step.round,
+                profile=step.profile,
+                benchmark_run_ids=step.benchmark_run_ids,
+                output_throughput=mean(thr),
+                acceptance_length=mean(acc),
+            )
+        )
+    return out
 
 
 class RunFields(TypedDict):
@@ -219,4 +249,6 @@ def experiment_out(e: ExperimentView) -> ExperimentOut:
         request=e.request,
         steps=[StepOut.model_validate(s) for s in e.record.get("steps", [])],
         restore=RestoreOut.model_validate(r) if (r := e.record.get("restore")) else None,
+        orders=e.record.get("orders") or [],
+        verdicts=e.record.get("verdicts") or [],
     )

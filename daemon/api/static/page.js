@@ -57,6 +57,8 @@ function renderStatus(st) {
   $("job").textContent = st.job ? `in progress: ${st.job}` : "";
   $("parked").textContent = (st.parked || []).map((p) => `parked: ${p.profile} since ${new Date(p.since * 1000).toLocaleTimeString()}`
     + ` (${Object.values(p.gpu_mib).reduce((a, b) => a + b, 0)} MiB GPU, ${(p.host_ram_bytes / 2 ** 30).toFixed(1)} GiB RAM)`).join("; ");
+  const budget = st.park_budget;
+  $("park-budget").textContent = budget ? `park RAM budget: ${size(budget.used_bytes)} pinned of ${size(budget.budget_bytes)}` : "";
   document.querySelectorAll("button[data-activate]").forEach((b) => b.disabled = st.state === "switching");
 }
 
@@ -148,6 +150,7 @@ async function showRun(id) {
     <pre>${esc((r.argv || []).join(" "))}</pre><pre>${esc(events)}</pre>${td}`;
 }
 
+function size(n) { return n >= 2 ** 30 / 10 ? `${(n / 2 ** 30).toFixed(1)} GiB` : `${(n / 2 ** 20).toFixed(1)} MiB`; }
 function fmt(v, digits) { return v == null ? "–" : Number(v).toFixed(digits); }
 
 // The serving run's minute rows, then the live samples newer than the last row (seconds since the epoch).
@@ -196,7 +199,7 @@ function renderCompare(cmp) {
   $("compare").innerHTML = cmp.rows.map((r) => `<tr data-profile="${esc(r.profile)}"><td>${esc(r.profile)}</td>
     <td>${link(r, fmt(r.output_throughput, 1))}${r.throughput_cv != null ? ` <span class="mute">±${fmt(100 * r.throughput_cv, 1)}%</span>` : ""}</td>
     <td>${r.speedup == null ? "–" : link(r, fmt(r.speedup, 2) + "x")}</td>
-    <td class="verdict v-${esc((r.verdict || "").split(" ")[0])}">${esc(r.verdict || "–")}${r.noise != null && r.verdict !== "baseline" ? ` <span class="mute">(noise ${fmt(100 * r.noise, 0)}%)</span>` : ""}</td>
+    <td class="verdict v-${esc((r.verdict || "").split(" ")[0])}">${r.verdict_text ? esc(r.verdict_text) : esc(r.verdict || "–") + (r.noise != null && r.verdict !== "baseline" ? ` <span class="mute">(noise ${fmt(100 * r.noise, 0)}%)</span>` : "")}</td>
     <td>${fmt(r.latency_ms.ttft.median, 1)}</td><td>${fmt(r.latency_ms.tpot.median, 2)}</td><td>${fmt(r.latency_ms.itl.p99, 2)}</td>
     <td>${fmt(r.acceptance_length, 2)}${predictions(r.predicted_length)}</td><td>${fmt(r.acceptance_rate, 3)}</td>
     <td class="mute">${esc(r.provenance.engine || "")} ${esc(r.provenance.engine_version || "")}</td></tr>`).join("");
@@ -237,7 +240,7 @@ async function refreshSweep(experiments) {
   $("sweep").innerHTML = r.rows.map((x) => `<tr class="${x.best ? "best" : ""}"><td>${x.best ? "★ " : ""}${esc(x.profile)}</td>
     ${r.axes.map((a) => `<td>${esc(String(x.values[a] ?? "(base)"))}</td>`).join("")}
     <td>${fmt(x.value, 1)}${x.cv != null ? ` <span class="mute">±${fmt(100 * x.cv, 1)}%</span>` : ""}</td>
-    <td>${x.ratio == null ? "–" : fmt(x.ratio, 2) + "x"}</td><td class="verdict v-${esc((x.verdict || "").split(" ")[0])}">${esc(x.verdict || "–")}</td>
+    <td>${x.ratio == null ? "–" : fmt(x.ratio, 2) + "x"}</td><td class="verdict v-${esc((x.verdict || "").split(" ")[0])}">${esc(x.verdict_text || x.verdict || "–")}</td>
     <td>${fmt(x.acceptance_length, 2)}</td><td>${fmt(x.predicted_length, 2)}</td></tr>`).join("");
   $("sweep-head").innerHTML = `<th>variant</th>${r.axes.map((a) => `<th>${esc(a)}</th>`).join("")}<th>${esc(r.metric)}</th><th>ratio</th><th>verdict</th><th>acc. length</th><th>predicted</th>`;
 }

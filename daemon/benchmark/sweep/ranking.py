@@ -5,14 +5,18 @@ each number of drafted tokens from the base's per-position rates, beside the one
 from __future__ import annotations
 
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from daemon.benchmark import stats
 from daemon.benchmark.compare import Measured, cv, judge, mean, per_position, predicted_fewer
 from daemon.benchmark.sweep.variants import value_text
+from daemon.benchmark.verdicts import Samples, pooled
 from daemon.core.errors import InvalidInput
 from daemon.core.jsontypes import StoredJson, VllmSummary
 
+# The per-request figure each metric is judged on (benchmark/verdicts.py): its statistical verdict.
+FAMILY = {"throughput": "throughput", "tpot": "tpot", "ttft": "ttft", "itl": "itl"}
 # name -> (summary key, higher is better, what it reads as)
 METRICS = {
     "throughput": ("output_throughput", True, "output throughput (tok/s)"),
@@ -71,6 +75,7 @@ class SweepRow:
     noise: float | None = None
     noise_assumed: bool = False
     verdict: str | None = None
+    verdict_text: str | None = None  # judged from the requests: "faster: 1.07x [1.04, 1.10]"
     best: bool = False
 
 
@@ -113,9 +118,11 @@ def sweep_result(
     measured: Sequence[Measured],
     metric: Metric,
     *,
+    samples: Mapping[int, Samples] | None = None,
     command: str = "k25-ctl",
 ) -> SweepResult:
-    """`request`: the experiment's stored request (its profiles, and a sweep's `variants`)."""
+    """`request`: the experiment's stored request (its profiles, and a sweep's `variants`); `samples`: each
+    benchmark run's per-request figures (then a variant's verdict is judged from them)."""
     profiles = [str(p) for p in request.get("profiles") or []]
     variants = request.get("variants") or []
     base = profiles[0] if profiles else ""
@@ -140,6 +147,8 @@ def sweep_result(
         row.ratio, row.noise, row.noise_assumed, row.verdict = judge(
             ratio, row.cv, base_row.cv, is_base=row is base_row
         )
+        if samples is not None and row is not base_row:
+            _judge_requests(row, base_row, samples, metric)
     ranked = [r for r in out.rows if r.value is not None]
     if not ranked or base_row is None:
         out.notes.append("nothing measured: no best variant")
@@ -150,6 +159,9 @@ def sweep_result(
     out.best = best.profile
     if best is base_row:
         out.recommendation = f"keep {base}: no variant beat it on {metric.label}"
+    elif best.verdict_text is not None:
+        out.recommendation = f"{best.profile} against {base} on {metric.label}: {best.verdict_text}"
+        out.promote = f"{command} promote {run_id} '{best.profile}'"
     elif best.ratio is not None and best.noise is not None:
         sure = "outside the noise" if best.verdict == "faster" else "within the noise: not a sure gain"
         assumed = " (noise assumed: use repeats)" if best.noise_assumed else ""
@@ -161,3 +173,15 @@ def sweep_result(
     if any(r.value is None for r in out.rows):
         out.notes.append("unmeasured: " + ", ".join(r.profile for r in out.rows if r.value is None))
     return out
+
+
+def _judge_requests(row: SweepRow, base: SweepRow, samples: Mapping[int, Samples], metric: Metric) -> None:
+    """The variant's verdict from its requests against the base's (the metric's per-request figure)."""
+    family = FAMILY[metric.name.split("@")[0].split("_")[0]]
+    mine, theirs = pooled(row.run_ids, samples), pooled(base.run_ids, samples)
+    if family == "throughput":
+        j = stats.judge_rate((theirs["tokens"], theirs["seconds"]), (mine["tokens"], mine["seconds"]))
+    else:
+        j = stats.judge(theirs[family], mine[family], lower_is_better=not metric.higher_better)
+    if j is not None:
+        row.verdict, row.verdict_text = j.verdict, j.text()

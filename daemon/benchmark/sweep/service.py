@@ -16,9 +16,10 @@ from typing import Protocol
 
 import tomlkit
 
-from daemon.benchmark.compare import finished
+from daemon.benchmark.compare import Measured, finished
 from daemon.benchmark.sweep.ranking import Metric, SweepResult, sweep_result
 from daemon.benchmark.sweep.variants import Scalar, Sweep, derive
+from daemon.benchmark.verdicts import samples_of
 from daemon.core.errors import Busy, InvalidInput, NotFound
 from daemon.core.jsontypes import StoredJson
 from daemon.core.profiles import NAME_RE, LoadedProfile, ProfileSet
@@ -141,7 +142,15 @@ class Sweeps:
 
     async def result(self, run_id: int, request: StoredJson, metric: Metric) -> SweepResult:
         views = await asyncio.to_thread(self.bench_store.recent, limit=500, experiment=run_id)
-        return sweep_result(run_id, request, finished(reversed(views)), metric)
+        return await asyncio.to_thread(self._result, run_id, request, finished(reversed(views)), metric)
+
+    def _result(
+        self, run_id: int, request: StoredJson, measured: list[Measured], metric: Metric
+    ) -> SweepResult:
+        """Blocking (the requests read and judged): in a worker thread."""
+        found = self.bench_store.first_requests([m.run_id for m in measured])
+        samples = {rid: samples_of(rows) for rid, rows in found.items()}
+        return sweep_result(run_id, request, measured, metric, samples=samples)
 
     async def promote(self, run_id: int, request: StoredJson, variant: str, name: str | None) -> Path:
         """The variant as a new profile file (a new name: never over an existing file), validated as the

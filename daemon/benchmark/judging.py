@@ -1,0 +1,37 @@
+"""The comparison as the API, the CLI and an experiment's last event show it: the stored benchmarks read,
+compared (benchmark/compare.py), and judged from their requests (benchmark/verdicts.py)."""
+
+from __future__ import annotations
+
+import asyncio
+
+from daemon.benchmark.compare import Comparison, compare, finished
+from daemon.benchmark.verdicts import Memo, judge_rows, samples_of
+from daemon.store.bench import BenchStore
+
+COMPARE_WINDOW = 500  # newest benchmarks compare reads
+MEMO_MAX = 1000  # judgements kept
+
+
+class Judging:
+    def __init__(self, *, bench_store: BenchStore) -> None:
+        self.bench_store = bench_store
+        self._memo: Memo = {}  # stored benchmarks never change: their judgement is kept
+
+    async def compare(
+        self, *, baseline: str, spec_hash: str | None = None, experiment: int | None = None
+    ) -> Comparison:
+        """`experiment`: that experiment's benchmarks only (its rounds pooled per profile)."""
+        views = await asyncio.to_thread(self.bench_store.recent, limit=COMPARE_WINDOW, experiment=experiment)
+        result = compare(finished(views), baseline=baseline, spec_hash=spec_hash)
+        ids = [rid for row in result.rows for rid in row.run_ids]
+        if ids:
+            await asyncio.to_thread(self._judge, result, ids)
+        return result
+
+    def _judge(self, result: Comparison, ids: list[int]) -> None:
+        """Blocking (the rows read, thousands of bootstrap resamples): in a worker thread."""
+        found = self.bench_store.first_requests(ids)
+        if len(self._memo) > MEMO_MAX:
+            self._memo.clear()
+        judge_rows(result, {rid: samples_of(rows) for rid, rows in found.items()}, self._memo)

@@ -1,0 +1,127 @@
+"""The comparison's verdicts from per-request figures (#37), pure: each profile's requests against the
+baseline's, pooled over its repeats and rounds, judged by benchmark/stats.py (a bootstrap interval of the
+ratio and a Mann-Whitney U test must agree). Output throughput (the requests' tokens over their seconds),
+TTFT, TPOT, ITL and E2E latency. A row without enough requests keeps the noise-band verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from daemon.benchmark import stats
+from daemon.benchmark.compare import Comparison, Row
+from daemon.core.jsontypes import RequestRow
+
+# metric -> lower is better: each judged as the ratio of the two sides' means. "throughput" (the row's
+# verdict) is judged as the aggregate weighs it: the sum of tokens over the sum of request seconds.
+METRICS = {"ttft": True, "tpot": True, "itl": True, "e2el": True}
+# metric -> one figure per completed request; "tokens" and "seconds" paired (a request that generated
+# tokens), "throughput" each such request's own rate (for a drift over rounds)
+Samples = dict[str, list[float]]
+FIGURES = ("throughput", "tokens", "seconds", *METRICS)
+
+
+def samples_of(rows: Sequence[RequestRow]) -> Samples:
+    """One level's request rows (as stored) as per-request figures; failed requests count in none."""
+    out: Samples = {m: [] for m in FIGURES}
+    for r in rows:
+        if r.get("status", "ok") != "ok" or not r.get("e2el") or r.get("ttft") is None:
+            continue
+        e2el, ttft, tokens = float(r["e2el"]), float(r["ttft"]), int(r.get("out") or 0)
+        out["e2el"].append(e2el)
+        out["ttft"].append(ttft)
+        if tokens > 0:
+            out["throughput"].append(tokens / e2el)
+            out["tokens"].append(float(tokens))
+            out["seconds"].append(e2el)
+        if tokens > 1:
+            out["tpot"].append((e2el - ttft) / (tokens - 1))
+        if gaps := r.get("gaps"):
+            out["itl"].append(sum(gaps) / len(gaps))
+    return out
+
+
+def pooled(run_ids: Sequence[int], by_run: Mapping[int, Samples]) -> Samples:
+    out: Samples = {m: [] for m in FIGURES}
+    for rid in run_ids:
+        for m, xs in by_run.get(rid, {}).items():
+            out.setdefault(m, []).extend(xs)
+    return out
+
+
+@dataclass(frozen=True)
+class DriftNote:
+    profile: str
+    per_round: float
+    p_value: float
+    rounds: int
+
+    def text(self) -> str:
+        return (
+            f"drift: {self.profile}'s own per-request throughput moved {100 * self.per_round:+.1f}% a round "
+            f"over {self.rounds} rounds (p = {self.p_value:.3g}); interleaved rounds spread it over every "
+            "profile, but the host is not steady"
+        )
+
+
+Judgements = dict[str, stats.Judged]  # metric -> its judgement
+# The same benchmarks judged again (a page refreshing /compare) give the same answer: kept by run ids.
+Memo = dict[tuple[tuple[int, ...], tuple[int, ...]], Judgements]
+
+
+def judge_rows(c: Comparison, by_run: Mapping[int, Samples], memo: Memo | None = None) -> None:
+    """Each row's judged metrics and, where per-request figures are enough, its verdict from them."""
+    base = next((r for r in c.rows if r.profile == c.baseline), None)
+    if base is None:
+        return
+    base_samples = pooled(base.run_ids, by_run)
+    for row in c.rows:
+        if row is base:
+            continue
+        key = (tuple(sorted(base.run_ids)), tuple(sorted(row.run_ids)))
+        judged = memo.get(key) if memo is not None else None
+        if judged is None:
+            judged = _judge(base_samples, pooled(row.run_ids, by_run))
+            if memo is not None:
+                memo[key] = judged
+        row.judged = judged
+        row.judged_text = {metric: j.text() for metric, j in judged.items()}
+        if (j := judged.get("throughput")) is not None:
+            row.verdict, row.verdict_text = j.verdict, j.text()
+    if (note := drift_of(base, by_run)) is not None:
+        c.notes.append(note.text())
+
+
+def _judge(base: Samples, mine: Samples) -> Judgements:
+    out = {}
+    rate = stats.judge_rate((base["tokens"], base["seconds"]), (mine["tokens"], mine["seconds"]))
+    if rate is not None:
+        out["throughput"] = rate
+    for metric, lower in METRICS.items():
+        if (j := stats.judge(base.get(metric, []), mine.get(metric, []), lower_is_better=lower)) is not None:
+            out[metric] = j
+    return out
+
+
+def drift_of(row: Row, by_run: Mapping[int, Samples]) -> DriftNote | None:
+    """A trend in a profile's own throughput over its benchmarks (oldest first: the rounds), flagged."""
+    rounds = [xs for rid in sorted(row.run_ids) if (xs := by_run.get(rid, {}).get("throughput"))]
+    d = stats.drift(rounds)
+    if d is None or not d.flagged:
+        return None
+    return DriftNote(row.profile, d.per_round, d.p_value, len(rounds))
+
+
+def verdict_lines(c: Comparison) -> list[str]:
+    """One line a profile (the experiment's last event, the CLI): 'eagle3: faster: 1.07x [1.04, 1.10]'."""
+    out = []
+    for row in c.rows:
+        if row.profile == c.baseline or row.verdict is None:
+            continue
+        text = row.verdict_text or (
+            f"{row.verdict}: {row.speedup:.2f}x (noise band ±{(row.noise or 0):.0%})"
+            if row.speedup
+            else row.verdict
+        )
+        out.append(f"{row.profile}: {text}")
+    return out
