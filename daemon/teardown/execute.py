@@ -338,8 +338,7 @@ class Teardown:
     async def verify_parked(
         self, gpus: tuple[int, ...], parked: Parked, others: tuple[Parked, ...] = ()
     ) -> VerifyResult:
-        """After a sleep: on its GPUs only the parked engine's processes, within its allowed residual, beside
-        the engines parked before it (`others`, each within its own)."""
+        """After a sleep: on its GPUs only its processes within its residual, and those parked before it."""
         return await self._verify(gpus, (parked, *others))
 
     async def _verify(self, gpus: tuple[int, ...] | None, parked: tuple[Parked, ...]) -> VerifyResult:
