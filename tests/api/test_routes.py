@@ -270,3 +270,34 @@ async def test_the_worker_threads_are_started_before_the_first_request(env: Env)
     assert len(executor._threads) == executor._max_workers
     await asyncio.gather(*(asyncio.to_thread(sum, [1, 2]) for _ in range(3 * executor._max_workers)))
     assert len(executor._threads) == executor._max_workers
+
+
+async def test_every_route_is_built_before_the_first_request(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """FastAPI builds an included router's routes at the first request that reaches them, on the event loop
+    (100 ms and more: the API guard caught it on busy CI runs, in inspect.signature and pydantic's schema
+    generation). The daemon builds them all before it serves: no first request of any router builds one."""
+    from fastapi.dependencies import utils
+
+    built: list[object] = []
+    real = utils.get_typed_signature
+
+    def spy(call: Any) -> Any:
+        built.append(call)
+        return real(call)
+
+    monkeypatch.setattr(utils, "get_typed_signature", spy)
+    for path in (
+        "/status",
+        "/profiles",
+        "/runs",
+        "/compare",
+        "/capture",
+        "/datasets",
+        "/healthz",
+        "/metrics",
+    ):
+        assert (await env.client.get(path)).status_code < 500, path
+    assert (await env.client.get("/teardown/plan")).status_code < 500
+    assert built == []
