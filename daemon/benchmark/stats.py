@@ -1,9 +1,10 @@
 """Verdicts a reviewer accepts, from per-request figures (#37): the ratio of two profiles' means with a
 bootstrap confidence interval (scipy.stats.bootstrap, BCa), a Mann-Whitney U test and its effect size (the
 rank-biserial correlation), and the requests it would take to tell a difference of a given size apart.
-A difference is declared only where the 95% interval excludes 1 and the U test agrees at p < 0.01 in the
-same direction: a false "faster" or "slower" in about 1 experiment of 100 (a 95% interval alone: 1 in 20,
-which 200 simulated experiments showed as 11 of 200). The planner asks for the requests at that level.
+A difference is declared only where the 95% interval excludes 1, the U test agrees at p < 0.01 in the
+same direction and it is at least MIN_EFFECT (1%): a false "faster" or "slower" in about 1 experiment of
+100 (a 95% interval alone: 1 in 20, which 200 simulated experiments showed as 11 of 200). The planner asks
+for the requests at that level. A throughput (a ratio of sums) is judged by its interval at 1 - 0.01.
 Drift: a trend in one profile's own figures over the rounds of an experiment. Pure; no I/O, no clock."""
 
 from __future__ import annotations
@@ -23,6 +24,9 @@ CONFIDENCE = 0.95
 ALPHA = 0.01  # the U test's level for a declared difference
 RESAMPLES = 2000
 MIN_SAMPLES = 8  # per side: fewer and no interval is claimed
+# A difference smaller than this is no difference to an operator, however sure: two equal engines whose
+# requests barely vary (the sandbox's) would otherwise be "faster: 1.00x [1.00, 1.01]".
+MIN_EFFECT = 0.01
 
 
 @dataclass(frozen=True)
@@ -38,11 +42,14 @@ class Judged:
     verdict: str  # faster | slower | no difference detected
     samples: tuple[int, int]  # (baseline, profile)
     more_needed: int | None  # no difference: requests a side to tell apart a difference of `resolvable`
-    resolvable: float | None  # that difference (the larger of the observed one and half a percent)
+    resolvable: float | None  # that difference (the larger of the observed one and MIN_EFFECT)
 
     def text(self) -> str:
+        interval = f"{self.ratio:.2f}x [{self.low:.2f}, {self.high:.2f}]"
         if self.verdict != "no difference detected":
-            return f"{self.verdict}: {self.ratio:.2f}x [{self.low:.2f}, {self.high:.2f}]"
+            return f"{self.verdict}: {interval}"
+        if self.more_needed == 0:  # the interval is inside the margin: as good as equal
+            return f"no difference detected: {interval}, within ±{100 * MIN_EFFECT:.0f}%"
         need = f" would need ~{self.more_needed} more requests" if self.more_needed else ""
         return f"no difference detected: ±{100 * (self.resolvable or 0):.1f}%{need}"
 
@@ -150,10 +157,11 @@ def _judged(
         better = -effect if lower_is_better else effect
         sure = p is not None and p < ALPHA
         up, down = low > 1.0 and sure and better > 0, high < 1.0 and sure and better < 0
-    verdict = "faster" if up else "slower" if down else "no difference detected"
+    big = abs(point - 1.0) >= MIN_EFFECT
+    verdict = "faster" if up and big else "slower" if down and big else "no difference detected"
     more, resolvable = None, None
     if verdict == "no difference detected":
-        resolvable = max(abs(point - 1.0), 0.005)
+        resolvable = max(abs(point - 1.0), MIN_EFFECT)
         n = min(na, nb)
         half = max((high - low) / 2.0, 1e-9)
         more = max(0, math.ceil(n * (half / resolvable) ** 2) - n)

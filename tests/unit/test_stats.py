@@ -111,3 +111,16 @@ def test_the_throughput_rate_finds_3_percent_and_holds_its_false_positive_rate()
         assert j is not None
         verdicts.append(j.verdict)
     assert verdicts.count("no difference detected") >= 190, {v: verdicts.count(v) for v in set(verdicts)}
+
+
+def test_a_sure_difference_under_one_percent_is_no_difference() -> None:
+    """Two equal engines whose requests barely vary: a 0.3% difference is sure (the interval excludes 1)
+    but is no difference to an operator: 'no difference detected: 1.00x [...], within ±1%'."""
+    rng = np.random.default_rng(2)
+    base = list(rng.normal(100.0, 0.1, 200))
+    other = list(rng.normal(100.3, 0.1, 200))
+    j = judge(base, other, lower_is_better=False)
+    assert j is not None
+    assert j.low > 1.0  # sure
+    assert j.verdict == "no difference detected"
+    assert j.text() == f"no difference detected: 1.00x [{j.low:.2f}, {j.high:.2f}], within ±1%"
