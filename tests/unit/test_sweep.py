@@ -3,13 +3,16 @@ prediction from per-position rates (by hand, and against the fake engine's draft
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from daemon.benchmark.compare import Measured, predicted_lengths
 from daemon.benchmark.sweep.ranking import parse_metric, sweep_result
 from daemon.benchmark.sweep.variants import Scalar, derive, parse_vary
+from daemon.benchmark.verdicts import Samples
 from daemon.core.errors import InvalidInput
 from daemon.core.profiles import LoadedProfile
 from daemon.engines.checks import parse_checked_profile
@@ -165,6 +168,27 @@ def test_ranking_marks_the_best_with_its_noise_band() -> None:
     with pytest.raises(InvalidInput, match="unknown metric 'speed'"):
         parse_metric("speed")
     assert parse_metric("throughput@8").concurrency == 8
+
+
+def test_with_the_requests_a_variant_is_judged_from_them() -> None:
+    """Per-request figures (#37): the variant's verdict and the recommendation carry the interval."""
+    request = {"profiles": ["b"], "axes": [{"label": "k"}],
+               "variants": [{"name": "b~k=1", "values": {"k": 1}}, {"name": "b~k=2", "values": {"k": 2}}]}  # fmt: skip
+    rows = [_m(1, "b", 100, 10), _m(3, "b~k=1", 130, 8), _m(5, "b~k=2", 101, 12)]
+    rng = np.random.default_rng(4)
+
+    def requests(tok_s: float) -> Samples:
+        seconds = list(64 / rng.normal(tok_s, 0.05 * tok_s, 40))
+        return {"tokens": [64.0] * 40, "seconds": seconds, "tpot": [s / 63 for s in seconds]}
+
+    samples = {1: requests(50), 3: requests(65), 5: requests(50.2)}
+    r = sweep_result(9, request, rows, parse_metric(None), samples=samples)
+    assert r.rows[1].verdict == "faster"
+    assert re.fullmatch(r"faster: 1\.\d\dx \[1\.\d\d, 1\.\d\d\]", r.rows[1].verdict_text or "")
+    assert r.recommendation == f"b~k=1 against b on {r.metric}: {r.rows[1].verdict_text}"
+    assert (r.rows[2].verdict or "") == "no difference detected"  # 0.4% apart: under the 1% that counts
+    tpot = sweep_result(9, request, rows, parse_metric("tpot_p50"), samples=samples)
+    assert tpot.rows[1].verdict == "faster"  # lower is better
 
 
 def test_a_prediction_is_shown_only_beside_a_variant_that_changes_nothing_but_k() -> None:
