@@ -7,7 +7,7 @@ import asyncio
 
 from daemon.benchmark.compare import Comparison, compare, finished
 from daemon.benchmark.verdicts import Memo, judge_rows, samples_of
-from daemon.store.bench import BenchStore
+from daemon.store.bench import BenchmarkView, BenchStore
 
 COMPARE_WINDOW = 500  # newest benchmarks compare reads
 MEMO_MAX = 1000  # judgements kept
@@ -22,7 +22,16 @@ class Judging:
         self, *, baseline: str, spec_hash: str | None = None, experiment: int | None = None
     ) -> Comparison:
         """`experiment`: that experiment's benchmarks only (its rounds pooled per profile)."""
-        views = await asyncio.to_thread(self.bench_store.recent, limit=COMPARE_WINDOW, experiment=experiment)
+        return await self.of(await self.window(experiment), baseline=baseline, spec_hash=spec_hash)
+
+    async def window(self, experiment: int | None = None) -> list[BenchmarkView]:
+        """The newest benchmarks compare reads (`experiment`: that experiment's only)."""
+        return await asyncio.to_thread(self.bench_store.recent, limit=COMPARE_WINDOW, experiment=experiment)
+
+    async def of(
+        self, views: list[BenchmarkView], *, baseline: str, spec_hash: str | None = None
+    ) -> Comparison:
+        """The comparison of benchmarks already read, judged."""
         result = compare(finished(views), baseline=baseline, spec_hash=spec_hash)
         ids = [rid for row in result.rows for rid in row.run_ids]
         if ids:

@@ -115,10 +115,10 @@ class BenchController:
         if found is None:
             raise NotFound(f"no experiment run {run_id}")
         out = self._with_answers(experiment_out(found))
-        views = await asyncio.to_thread(self.bench_store.recent, limit=500, experiment=run_id)
+        views = await self.judging.window(run_id)
         if not views or out.request.get("variants"):  # a sweep's figures: GET /experiments/ID/sweep
             return out
-        comparison = await self.judging.compare(baseline=out.steps[0].profile, experiment=run_id)
+        comparison = await self.judging.of(views, baseline=out.steps[0].profile)  # the same read, judged
         return out.model_copy(
             update={"rounds": rounds_out(out.steps, views), "comparison": _compare_out(comparison, [])}
         )
