@@ -18,7 +18,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from daemon.sandbox import sandbox as sbx
 from daemon.sandbox.balancer import Answer, Haproxy, Host, Load, haproxy
-from daemon.sandbox.layout import free_port
+from daemon.sandbox.ports import free_port
 
 
 def _client(info: sbx.SandboxInfo) -> httpx.Client:

@@ -19,7 +19,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.layout import fake_engine_profile, free_port, make_models
+from daemon.sandbox.layout import fake_engine_profile, make_models
+from daemon.sandbox.ports import free_port
 
 BENCH = {"concurrency": [1], "num_prompts": 2, "max_tokens": 16}
 

@@ -6,7 +6,6 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -14,11 +13,9 @@ from pathlib import Path
 
 import httpx
 
+from daemon.sandbox.ports import free_port
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+__all__ = ["free_port", "serving"]
 
 
 @contextlib.contextmanager

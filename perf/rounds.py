@@ -22,7 +22,8 @@ import httpx
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.layout import fake_engine_profile, free_port, make_models
+from daemon.sandbox.layout import fake_engine_profile, make_models
+from daemon.sandbox.ports import free_port
 
 
 def _experiment(c: httpx.Client, rounds: int, prompts: int) -> tuple[dict[str, Any], dict[str, Any]]:

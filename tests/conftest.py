@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import pytest
+
+from daemon.sandbox.ports import REGISTRY_ENV
 
 if TYPE_CHECKING:
     from daemon.sandbox.sandbox import SandboxInfo
@@ -32,6 +37,23 @@ LONGEST = (  # seconds on a busy CI run, roughly: 500, 340, then 60-120 each
     "tests/system/test_park.py",
     "tests/system/test_watch.py",
 )
+
+
+_PORTS = pytest.StashKey[str]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """One folder of claimed ports for the whole run: the controller makes it before xdist starts the
+    workers, which inherit it, so that no two sandboxes or servers of any worker get the same port."""
+    if REGISTRY_ENV not in os.environ:
+        os.environ[REGISTRY_ENV] = tempfile.mkdtemp(prefix="k25-ports-")
+        config.stash[_PORTS] = os.environ[REGISTRY_ENV]
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if folder := config.stash.get(_PORTS, None):
+        shutil.rmtree(folder, ignore_errors=True)
+        del os.environ[REGISTRY_ENV]
 
 
 def _tier(item: pytest.Item) -> str | None:

@@ -13,7 +13,8 @@ import pytest
 
 from daemon.core.command import k25_command
 from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.layout import fake_engine_profile, free_port, make_models
+from daemon.sandbox.layout import fake_engine_profile, make_models
+from daemon.sandbox.ports import free_port
 from daemon.sandbox.rendered import rendered_profile, write_engine_shims
 from tests.sandboxing import Api, inside
 

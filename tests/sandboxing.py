@@ -10,7 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.layout import fake_engine_profile, free_port, make_models, make_weights
+from daemon.sandbox.layout import fake_engine_profile, make_models, make_weights
+from daemon.sandbox.ports import free_port
 from tests.waiting import eventually_sync
 
 # Extra profiles the system tests need: each fault the fake engine can show, on its own port.

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 
 from daemon.core.slow_steps import SlowStep, SlowSteps
+from daemon.host.threads import wait_channel
 
 SLOW_S = 0.1
 # The test's own coroutine (its task is made by asyncio.Runner, the fixtures' by pytest-asyncio) is the
@@ -26,7 +27,7 @@ class SlowCallbacks:
     def __init__(self, loop: asyncio.AbstractEventLoop, threshold_s: float = SLOW_S) -> None:
         self.loop = loop
         self.seen: list[str] = []
-        self._steps = SlowSteps(threshold_s, self._report)
+        self._steps = SlowSteps(threshold_s, self._report, wait_channel)
 
     def _report(self, step: SlowStep) -> None:
         coro = step.what.split(" ")[2] if step.what.startswith("task ") else ""

@@ -8,7 +8,6 @@ import os
 import re
 import secrets
 import shutil
-import socket
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +16,7 @@ from daemon.core.command import k25_command
 from daemon.core.errors import K25Error
 from daemon.core.profiles import engine_unit, under_private_tmp
 from daemon.engines import ENGINES
+from daemon.sandbox.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]  # the source tree, where the package runs from one
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
@@ -61,13 +61,6 @@ SANDBOX_PROFILES = {
     # 1.8x the baseline, accept length 1 + 3 x 0.6 = 2.8
     "sglang-eagle3": FakeServing("sglang", 148.5, {"k": 3, "acceptance": 0.6}),
 }
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def render_unit(text: str, config: Path, root: Path, binds: tuple[Path, ...] = ()) -> str:

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from daemon.core.errors import HostTimeout, K25Error, NotFound
 from daemon.sandbox import reaping
-from daemon.sandbox.layout import free_port, make_weights, work_dir, write_base_units, write_tree
+from daemon.sandbox.layout import make_weights, work_dir, write_base_units, write_tree
+from daemon.sandbox.ports import free_port
 
 SANDBOX_HOME = Path(os.environ.get("K25_SANDBOX_HOME", "/tmp/k25-sandboxes"))
 CGROUP_FS = Path("/sys/fs/cgroup")

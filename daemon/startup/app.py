@@ -26,6 +26,7 @@ from daemon.core.hoststate import HostStatus, StateHub, describe
 from daemon.core.settings import Settings
 from daemon.core.slow_steps import SlowStep, SlowSteps
 from daemon.host.notify import sd_notify
+from daemon.host.threads import wait_channel
 from daemon.startup.machine import HostPorts, real_ports
 from daemon.startup.services import build
 
@@ -123,7 +124,7 @@ def create_app(settings: Settings, ports: Callable[[Settings], HostPorts] = real
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         slow = contextlib.ExitStack()
         if settings.slow_callback_ms is not None:  # diagnosis: each step that blocks the loop, named
-            slow.enter_context(SlowSteps(settings.slow_callback_ms / 1000, _log_slow_step))
+            slow.enter_context(SlowSteps(settings.slow_callback_ms / 1000, _log_slow_step, wait_channel))
             log.warning(
                 "event-loop steps over %g ms are logged (slow_callback_ms)", settings.slow_callback_ms
             )

@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.layout import fake_engine_profile, free_port, make_models
+from daemon.sandbox.layout import fake_engine_profile, make_models
+from daemon.sandbox.ports import free_port
 from tests.sandboxing import Api
 
 CACHE = Path(os.environ.get("K25_REALENGINE_DIR", "/var/cache/k25-ctl/realengine"))

@@ -107,7 +107,7 @@ async def teardown() -> dict[str, Any]:
     import subprocess
 
     from daemon.host.procs import ProcfsProcesses as Procs
-    from daemon.sandbox.layout import free_port
+    from daemon.sandbox.ports import free_port
     from daemon.teardown.build import build_teardown
 
     s = load_settings()

@@ -13,7 +13,7 @@ import pytest
 
 from daemon.sandbox import sandbox as sbx
 from daemon.sandbox.balancer import Host, Load, haproxy
-from daemon.sandbox.layout import free_port
+from daemon.sandbox.ports import free_port
 from tests.sandboxing import Api
 from tests.waiting import eventually_sync
 

@@ -22,8 +22,9 @@ import httpx
 import pytest
 
 from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.layout import fake_engine_profile, free_port, make_models
+from daemon.sandbox.layout import fake_engine_profile, make_models
 from daemon.sandbox.mirror import nginx
+from daemon.sandbox.ports import free_port
 from tests.sandboxing import Api, inside
 
 pytestmark = pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx: scripts/setup.sh installs it")

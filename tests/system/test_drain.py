@@ -13,7 +13,8 @@ import pytest
 
 from daemon.engines import vllm
 from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.layout import fake_engine_profile, free_port, make_models
+from daemon.sandbox.layout import fake_engine_profile, make_models
+from daemon.sandbox.ports import free_port
 from tests.sandboxing import Api, inside
 from tests.waiting import eventually_sync
 

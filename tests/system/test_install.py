@@ -18,7 +18,8 @@ import pytest
 
 from daemon.sandbox import reaping
 from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.layout import GPU_COUNT, REPO, fake_engine_profile, free_port
+from daemon.sandbox.layout import GPU_COUNT, REPO, fake_engine_profile
+from daemon.sandbox.ports import free_port
 from tests.sandboxing import Api
 
 pytestmark = pytest.mark.timeout(900)

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import pytest
 
-from daemon.sandbox.layout import free_port
+from daemon.sandbox.ports import free_port
 from daemon.sandbox.sandbox import SandboxInfo
 from tests.conftest import ROOT
 from tests.sandboxing import Api, inside
@@ -83,8 +83,11 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(
     proc, prom = _prometheus(tmp_path, sandbox)
     target = sandbox.url.removeprefix("http://")
     try:
-        eventually_sync(lambda: _query(prom, 'up{job="k25-ctl"} == 1'), what="the first scrape",
+        # Until its storage is open, Prometheus answers every API call 503 "Service Unavailable", in text
+        # (CI: a JSONDecodeError in the first query); /-/ready says when it is.
+        eventually_sync(lambda: prom.get("/-/ready").status_code == 200, what="Prometheus ready",
                         within_s=60, tolerate=(httpx.HTTPError,))  # fmt: skip
+        eventually_sync(lambda: _query(prom, 'up{job="k25-ctl"} == 1'), what="the first scrape", within_s=60)
         start = time.time()
         api.activate("vllm-eagle3")  # a switch: its load breakdown, a teardown, the downtime
         r = api.client.post("/benchmarks", json=SPEC)

@@ -12,7 +12,8 @@ from pathlib import Path
 import httpx
 
 from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.layout import fake_engine_profile, free_port
+from daemon.sandbox.layout import fake_engine_profile
+from daemon.sandbox.ports import free_port
 from daemon.sandbox.sandbox import SandboxInfo
 from tests.conftest import ROOT
 from tests.sandboxing import Api, inside, stop_engines

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from daemon.engines import ENGINES
-from daemon.sandbox.layout import free_port
+from daemon.sandbox.ports import free_port
 from tests.waiting import eventually_sync
 
 Start = Callable[..., "Engine"]
