@@ -10,6 +10,11 @@ bash scripts/setup.sh
 # The realengine tier's venv and model, cached outside the repository (rebuilt only when missing or stale).
 K25_REALENGINE_DIR=$(bash scripts/realengine.sh | tail -1)
 export K25_REALENGINE_DIR
+# mypy's cache, outside the repository too: a fresh clone's files have new mtimes, but mypy then compares
+# their hashes, so only what changed is checked again (22 s of CPU cold, under 1 s warm).
+MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-/var/cache/k25-ctl/mypy}"
+mkdir -p "$MYPY_CACHE_DIR" 2>/dev/null || MYPY_CACHE_DIR=.mypy_cache
+export MYPY_CACHE_DIR
 checks=$(mktemp)
 trap 'rm -f "$checks"' EXIT
 (
@@ -17,7 +22,7 @@ trap 'rm -f "$checks"' EXIT
 ) >"$checks" 2>&1 &
 lint=$!
 set +e
-.venv/bin/pytest -ra -n "${K25_TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder "$@"
+.venv/bin/pytest -ra --durations=30 -n "${K25_TEST_WORKERS:-4}" --dist loadfile --no-loadscope-reorder "$@"
 rc=$?
 wait "$lint"
 lint_rc=$?
