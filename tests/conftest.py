@@ -3,7 +3,8 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+import time
+from collections.abc import Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -54,6 +55,20 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     if folder := config.stash.get(_PORTS, None):
         shutil.rmtree(folder, ignore_errors=True)
         del os.environ[REGISTRY_ENV]
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, object, object]:
+    """With K25_TEST_TIMELINE=FILE, each test's worker, start and end (wall clock) go to FILE: where the
+    suite's time goes, worker by worker (`perf/timeline.py FILE` sums it)."""
+    began = time.time()
+    try:
+        return (yield)
+    finally:
+        if out := os.environ.get("K25_TEST_TIMELINE"):
+            worker = os.environ.get("PYTEST_XDIST_WORKER", "main")
+            with open(out, "a") as f:  # noqa: PTH123 - one short append per test
+                f.write(f"{worker}\t{began:.3f}\t{time.time():.3f}\t{item.nodeid}\n")
 
 
 def _tier(item: pytest.Item) -> str | None:

@@ -25,16 +25,18 @@ print(json.dumps({"module": layout.__file__, "units": sorted(p.name for p in (ro
 def test_an_installed_package_renders_the_sandbox_units(tmp_path: Path) -> None:
     wheels = tmp_path / "wheels"
     pip = [sys.executable, "-m", "pip", "-q", "--disable-pip-version-check"]
-    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(wheels), str(REPO)], check=True, timeout=300)
+    # The build backend of this environment (the dev extras hold it): an isolated build would fetch it.
+    subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(REPO)],
+                   check=True, timeout=300)  # fmt: skip
     venv = tmp_path / "venv"
-    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True, timeout=120)
     py = venv / "bin/python"
     lib = Path(subprocess.run([py, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
                               capture_output=True, text=True, check=True).stdout.strip())  # fmt: skip
     # Its dependencies from this environment (a .pth entry; the checkout's editable hook is not run).
     (lib / "deps.pth").write_text(site.getsitepackages()[0] + "\n")
     subprocess.run(
-        [py, "-m", "pip", "-q", "install", "--no-deps", *wheels.glob("*.whl")], check=True, timeout=300
+        [*pip, "--python", str(py), "install", "--no-deps", *wheels.glob("*.whl")], check=True, timeout=300
     )
     root = tmp_path / "sandbox"
     (root / "units").parent.mkdir()
