@@ -48,7 +48,9 @@ def real_profile(name: str, *, port: int, model: str, extra: tuple[str, ...] = (
     return "\n".join(lines) + "\n"
 
 
-@pytest.fixture(scope="module")  # down when its module ends: its real vLLM holds 2.6 GB and wakes now and then
+@pytest.fixture(
+    scope="module"
+)  # down when its module ends: its real vLLM holds 2.6 GB and wakes now and then
 def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[sbx.SandboxInfo, Api]]:
     if not (CACHE / "recipe").exists():
         pytest.fail(f"no realengine cache in {CACHE}: run scripts/realengine.sh (the test command does)")
