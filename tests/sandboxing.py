@@ -3,9 +3,11 @@ probe scenarios inside it, and its REST API."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -100,13 +102,27 @@ class Api:
         return self.client.get("/status").json()
 
     def wait_run(self, run_id: int, *, within_s: float = 120) -> Any:
-        """Until the run has ended (deadline-bound; the API has no blocking read for an accepted run)."""
+        """Until the run has ended: its event stream (GET /runs/ID/events) is followed until it closes, which
+        it does after the run's final event, then the run is read once. A stream that breaks off (a daemon
+        that restarts, no stream free) or stays silent for 10 s (an end whose write the daemon holds, as on a
+        full disk, comes after its event) is opened again, no sooner than `every_s` after the last."""
+        import httpx
 
-        def ended() -> Any:
-            run = self.run(run_id)
-            return run if run["outcome"] != "running" else None
-
-        return eventually_sync(ended, what=f"run {run_id} ends", within_s=within_s)
+        deadline, every_s = time.monotonic() + within_s, 0.2
+        while True:
+            opened = time.monotonic()
+            with contextlib.suppress(httpx.HTTPError):
+                run = self.run(run_id)
+                if run["outcome"] != "running":
+                    return run
+                silent_s = min(max(deadline - time.monotonic(), 0.1), 10.0)
+                with self.client.stream("GET", f"/runs/{run_id}/events", timeout=silent_s) as events:
+                    for _ in events.iter_bytes():
+                        if time.monotonic() >= deadline:
+                            break
+            if time.monotonic() >= deadline:
+                raise AssertionError(f"run {run_id} ends: not within {within_s}s")
+            time.sleep(max(0.0, opened + every_s - time.monotonic()))
 
     def wait_until(self, predicate: Any, *, within_s: float = 60, what: str = "condition") -> Any:
         # The daemon may be restarting: any error counts as "not yet".
