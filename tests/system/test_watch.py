@@ -4,6 +4,7 @@ systemctl, and the metrics of a serving run under steady traffic."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import threading
 import time
@@ -128,31 +129,55 @@ def test_systemctl_stop_and_start_are_followed(api: Api, sandbox: SandboxInfo) -
 
 def test_serving_metrics_under_steady_traffic(api: Api, sandbox: SandboxInfo) -> None:
     """Three rows' time (metrics_row_s, ROW_S in the session sandbox) of one steady stream on the speculative
-    vLLM profile (54.6 tok/s, acceptance 0.15): each full row holds the engine's rate and acceptance."""
+    vLLM profile (54.6 tok/s, acceptance 0.15): each full row holds the engine's rate and acceptance. The
+    rate a row must hold is the one the engine's own counter shows over the row's interval (the test reads
+    it four times a second): on a busy machine the stream runs below 54.6 (CI: 51.1), and the row with it."""
     assert api.activate("vllm-eagle3", force=True)["outcome"] == "active"
     serving = api.wait_until(lambda: api.status()["serving_run_id"], what="serving")
     port = api.client.get("/profiles/vllm-eagle3").json()["port"]
     engine = f"http://127.0.0.1:{port}"
+    names = (
+        "vllm:spec_decode_num_accepted_tokens_total",
+        "vllm:spec_decode_num_draft_tokens_total",
+        "vllm:generation_tokens_total",
+    )
 
     def counters() -> dict[str, float]:
         text = httpx.get(f"{engine}/metrics", timeout=10).text
-        names = ("vllm:spec_decode_num_accepted_tokens_total", "vllm:spec_decode_num_draft_tokens_total")
         return {n: sum(float(x.split()[-1]) for x in text.splitlines() if x.startswith(n)) for n in names}
 
+    generated: list[tuple[float, float]] = []  # (time, the engine's generation counter)
+    stop = threading.Event()
+
+    def sample() -> None:
+        while True:
+            began = time.time()
+            value = counters()["vllm:generation_tokens_total"]
+            generated.append(((began + time.time()) / 2, value))
+            if stop.wait(0.25):
+                return
+
     before, start = counters(), time.time()
-    with httpx.Client(timeout=60) as c:
-        while time.time() - start < 3 * ROW_S:
-            with c.stream("POST", f"{engine}/v1/completions",
-                          json={"prompt": "count", "max_tokens": 100, "stream": True}) as r:  # fmt: skip
-                for _ in r.iter_lines():
-                    pass
-    after, end = counters(), time.time()
-    accepted, drafted = (after[k] - before[k] for k in before)
+    sampler = threading.Thread(target=sample, daemon=True)
+    sampler.start()
+    try:
+        with httpx.Client(timeout=60) as c:
+            while time.time() - start < 3 * ROW_S:
+                with c.stream("POST", f"{engine}/v1/completions",
+                              json={"prompt": "count", "max_tokens": 100, "stream": True}) as r:  # fmt: skip
+                    for _ in r.iter_lines():
+                        pass
+    finally:
+        stop.set()
+        sampler.join(timeout=30)
+    after = counters()
+    accepted, drafted = (after[k] - before[k] for k in names[:2])
     rate = accepted / drafted
     series = api.client.get(f"/runs/{serving}/metrics").json()
+    first, last = generated[0][0], generated[-1][0]
     full: list[Any] = [
         r for r in series["rows"]
-        if _ts(r["at"]) >= start - 1 and _ts(r["at"]) + r["seconds"] <= end + 1 and r["seconds"] >= ROW_S - 1
+        if _ts(r["at"]) >= first and _ts(r["at"]) + r["seconds"] <= last and r["seconds"] >= ROW_S - 1
     ]  # fmt: skip
     print(
         "rows:", [(r["at"][11:19], round(r["tokens_per_s"], 2), r["acceptance_rate"]) for r in series["rows"]]
@@ -160,12 +185,26 @@ def test_serving_metrics_under_steady_traffic(api: Api, sandbox: SandboxInfo) ->
     print(f"fake engine over the run: acceptance {rate:.4f}")
     assert full, series["rows"]
     for r in full:
-        assert abs(r["tokens_per_s"] - 54.6) <= 0.05 * 54.6, r
+        at = _ts(r["at"])
+        engine_rate = (_at(generated, at + r["seconds"]) - _at(generated, at)) / r["seconds"]
+        print(
+            f"row at {r['at'][11:19]}: {r['tokens_per_s']:.2f} tok/s, the engine's counter {engine_rate:.2f}"
+        )
+        assert engine_rate > 0.5 * 54.6, (r, engine_rate)  # the stream ran through the row
+        assert abs(r["tokens_per_s"] - engine_rate) <= 0.05 * engine_rate, (r, engine_rate)
         assert abs(r["acceptance_rate"] - rate) < 0.01, (r, rate)
         assert r["acceptance_length"] is not None
         assert len(r["per_position"]) == 3
     run = api.run(serving)
     assert run["generation_tokens"] >= sum(r["generation_tokens"] for r in full)
+
+
+def _at(samples: list[tuple[float, float]], t: float) -> float:
+    """A counter's value at time t, linear between the two samples around it."""
+    for (t0, v0), (t1, v1) in itertools.pairwise(samples):
+        if t0 <= t <= t1:
+            return v0 + (v1 - v0) * (t - t0) / (t1 - t0) if t1 > t0 else v1
+    raise AssertionError(f"{t} is outside the samples ({samples[0][0]}..{samples[-1][0]})")
 
 
 def _ts(iso: str) -> float:
