@@ -11,8 +11,9 @@ from pathlib import Path
 import httpx
 
 from daemon.sandbox import sandbox as sbx
+from daemon.sandbox.layout import SANDBOX_NICE
 from daemon.sandbox.sandbox import SandboxInfo
-from tests.sandboxing import Api, inside, probe, write_fault_profiles
+from tests.sandboxing import Api, daemon_pid, inside, probe, write_fault_profiles
 
 K25 = str(Path(sys.executable).parent / "k25-ctl")
 
@@ -21,6 +22,13 @@ def test_daemon_runs_as_a_unit_with_its_api(sandbox: SandboxInfo) -> None:
     r = inside(sandbox, "systemctl", "show", "-p", "ActiveState", "-p", "Type", "k25-ctl.service")
     assert "ActiveState=active" in r.stdout
     assert "Type=notify" in r.stdout
+    # The daemon and the engines run ahead of the machine's other processes (layout.SANDBOX_NICE): a fake
+    # engine's pace is the CPU's, where a real one's is its GPU's.
+    for unit in ("k25-ctl.service", "k25-engine@vllm-eagle3.service", "vllm-kimi-k25-int4.service"):
+        nice = inside(sandbox, "systemctl", "show", "-P", "Nice", unit).stdout.strip()
+        assert nice == str(SANDBOX_NICE), (unit, nice)
+    pid = daemon_pid(sandbox)  # in the sandbox's PID namespace
+    assert inside(sandbox, "ps", "-o", "ni=", "-p", pid).stdout.strip() == str(SANDBOX_NICE)
     status = httpx.get(f"{sandbox.url}/status", timeout=10).json()
     profiles = {p["name"]: p for p in httpx.get(f"{sandbox.url}/profiles", timeout=10).json()}
     # the stock sandbox profiles plus the ones added with --profiles
