@@ -28,7 +28,10 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     text = fake_engine_profile("endless", flavor="vllm", port=free_port(), models=models, load_seconds=1.0,
                                faults=("hang-after-ready",), fault_after=3)  # fmt: skip
     (extra / "endless.toml").write_text(text)
-    settings = {"drain_grace_s": "0.3", "drain_timeout_s": "3", "drain_poll_s": "0.1"}
+    # The endless request hangs on purpose: a stall (the sandbox's stall_s is 4 s) would mark the host
+    # unhealthy while a test still holds it (CI: "unhealthy" after a cancelled drain, 4+ s after the
+    # request began). Stalls are the watch tests' subject, not these.
+    settings = {"drain_grace_s": "0.3", "drain_timeout_s": "3", "drain_poll_s": "0.1", "stall_s": "600"}
     info = sbx.up(profiles=extra, load_seconds=1.0, settings=settings, binds=(models,))
     try:
         yield Api(info)
