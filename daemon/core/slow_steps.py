@@ -93,9 +93,7 @@ class SlowSteps:
         self.report = report
         self._wait_channel = wait_channel
         self._native: int | None = None
-        # (id(handle), began) of steps a sample saw waiting in a blocking call (began: a later handle that
-        # reuses the id is another step)
-        self._blocked: set[tuple[int, float]] = set()
+        self._blocked: tuple[float, asyncio.Handle] | None = None  # the step a sample saw in a blocking call
         self._running: tuple[float, asyncio.Handle] | None = None
         self._seen: dict[int, str] = {}  # id(handle) -> the stack the watcher saw while it ran
         self._stop = threading.Event()
@@ -114,18 +112,16 @@ class SlowSteps:
                 original(handle)
                 return
             began, usage = time.perf_counter(), resource.getrusage(resource.RUSAGE_THREAD)
-            steps._running, steps._gc_s = (began, handle), 0.0
+            step = steps._running = (began, handle)
+            steps._gc_s = 0.0
             try:
                 original(handle)
             finally:
                 steps._running = None
                 wall = time.perf_counter() - began
-                blocked = None
-                if steps._wait_channel is not None:
-                    blocked = (id(handle), began) in steps._blocked
-                    steps._blocked.discard((id(handle), began))
-                usage_now = resource.getrusage(resource.RUSAGE_THREAD)
-                took = own_time(wall, usage, usage_now, blocked) - steps._gc_s
+                blocked = steps._blocked is step if steps._wait_channel is not None else None
+                after = resource.getrusage(resource.RUSAGE_THREAD)
+                took = own_time(wall, usage, after, blocked) - steps._gc_s
                 seen = steps._seen.pop(id(handle), "") if steps._seen else ""
                 if took >= steps.threshold_s:
                     steps.report(SlowStep(took, describe(handle), seen, steps._gc_s))
@@ -169,4 +165,4 @@ class SlowSteps:
             if key not in self._seen and time.perf_counter() - running[0] >= self.threshold_s / 2:
                 self._seen[key] = _frames(frame)
             if channel and blocking_wait(channel, frame.f_code.co_filename if frame is not None else ""):
-                self._blocked.add((key, running[0]))
+                self._blocked = running
