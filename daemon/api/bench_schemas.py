@@ -47,6 +47,15 @@ class BenchmarkLevelOut(BaseModel):
     predicted_acceptance_length: dict[int, float] | None = None
 
 
+class RelativeOut(Out):
+    """Output throughput over the median of the host's last 5 benchmarks of the same profile and spec."""
+
+    throughput: float
+    baseline: float
+    baseline_runs: int
+    ratio: float
+
+
 class BenchmarkOut(BaseModel):
     run_id: int
     profile: str | None
@@ -66,6 +75,7 @@ class BenchmarkOut(BaseModel):
     acceptance_rate: float | None = None
     other_traffic: bool = False
     levels: list[BenchmarkLevelOut] = []
+    relative: RelativeOut | None = None  # GET /benchmarks/{id} only: against the host's own normal
 
 
 class StepOut(BaseModel):
@@ -157,6 +167,32 @@ class PlanOut(BaseModel):
     switches: int
     estimate_s: float | None
     notes: list[SafeText]
+
+
+class SwitchPlanIn(BaseModel):
+    """`POST /plans` for a plain switch: what activating `activate` would do now (nothing started)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    activate: str = Field(min_length=1, max_length=200, description="the profile an activate would switch to")
+    drain: bool = True
+    force: bool = False
+
+
+class SwitchPlanOut(BaseModel):
+    """What the activate would do: `switch` false when the profile already serves (or it is refused)."""
+
+    model_config = ConfigDict(from_attributes=True)
+
+    profile: str
+    from_profile: str | None
+    state: str
+    switch: bool
+    reason: SafeText
+    refused: SafeOptionalText
+    away: str | None
+    start: str | None
+    estimate_s: float | None
 
 
 class SweepRowOut(BaseModel):

@@ -22,7 +22,7 @@ from daemon.benchmark.sweep.ranking import parse_metric
 from daemon.benchmark.sweep.service import Plan, Sweeps
 from daemon.benchmark.sweep.variants import Sweep
 from daemon.benchmark.verdicts import verdict_lines
-from daemon.core.errors import InvalidInput, K25Error, NotFound, Refused
+from daemon.core.errors import InvalidInput, K25Error, Refused
 from daemon.core.hoststate import HostState
 from daemon.core.jsontypes import StoredJson
 from daemon.core.profiles import ProfileSet
@@ -147,8 +147,7 @@ class Experiments:
         variants."""
         profiles = await self.profiles()
         for name in req.profiles:
-            if profiles.get(name) is None:
-                raise NotFound(f"no valid profile {name!r}")
+            profiles.require(name)
         parse_metric(req.metric)
         prompts = await asyncio.to_thread(self.runner.prompt_set, req.benchmark)  # before any switch
         if not req.vary:

@@ -195,6 +195,7 @@ def _remote_commands(sub: Any) -> None:
     )
     p.add_argument("--force", action="store_true", help="even if PROFILE is already active (no drain)")
     p.add_argument("--no-drain", action="store_true", help="stop the serving engine at once (cuts requests)")
+    p.add_argument("--dry-run", action="store_true", help="say what the switch would do; do nothing")
     p = add("warm", r.warm, "read PROFILE's weight files into the page cache")
     p.add_argument("profile")
     p.add_argument("--wait", action="store_true", help="follow it with a progress bar")

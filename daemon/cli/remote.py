@@ -150,6 +150,8 @@ def _started(c: Client, args: argparse.Namespace, body: ApiJson, success: str) -
 
 def activate(args: argparse.Namespace) -> int:
     c = client(args)
+    if getattr(args, "dry_run", False):
+        return _plan_switch(c, args)
     path = "/restore" if args.command == "restore" else f"/profiles/{args.profile}/activate"
     params = {"drain": str(not args.no_drain).lower()}
     if args.command != "restore":
@@ -159,6 +161,19 @@ def activate(args: argparse.Namespace) -> int:
         emit(args, body, "already active: nothing to do")
         return EXIT_OK
     return _started(c, args, body, "active")
+
+
+def _plan_switch(c: Client, args: argparse.Namespace) -> int:
+    """`activate --dry-run`: what the switch would do now (POST /plans), nothing started."""
+    body = {"activate": args.profile, "drain": not args.no_drain, "force": args.force}
+    _, plan = c.post("/plans", body)
+    if not plan["switch"]:
+        emit(args, plan, f"would not switch: {plan['reason']}")
+        return EXIT_OK if plan["refused"] is None else EXIT_BUSY
+    took = f"; the last one took {plan['estimate_s']:.0f} s" if plan["estimate_s"] is not None else ""
+    away = f"{plan['from_profile']} would {plan['away']}, " if plan["away"] else ""
+    emit(args, plan, f"would switch: {away}{plan['profile']} would {plan['start']}{took}")
+    return EXIT_OK
 
 
 def warm(args: argparse.Namespace) -> int:

@@ -14,6 +14,8 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from daemon.core.errors import NotFound
+
 NAME_RE = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 # A systemd service name: no path separators, optional template instance, `.service` suffix.
 UNIT_RE = re.compile(r"^[A-Za-z0-9:_.\\-]+(@[A-Za-z0-9:_.\\-]+)?\.service$")
@@ -213,6 +215,14 @@ class ProfileSet:
 
     def get(self, name: str) -> LoadedProfile | None:
         return self.valid.get(name)
+
+    def require(self, name: str) -> LoadedProfile:
+        """The valid profile `name`; NotFound says why not (an invalid one: its file's error)."""
+        lp = self.valid.get(name)
+        if lp is None:
+            bad = next((str(p) for p in self.invalid if p.name == name), None)
+            raise NotFound(f"profile {name!r} is invalid: {bad}" if bad else f"no valid profile {name!r}")
+        return lp
 
 
 def _problems_from_validation(err: ValidationError) -> list[ProfileProblem]:

@@ -128,13 +128,39 @@ def _tokens(choice: dict[str, object]) -> tuple[str, ...]:
     return ()
 
 
+def _compared(a: Answer, b: Answer) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """What two answers are compared by: their tokens where both have tokens of one kind, else their
+    characters. vLLM's tokens are ids (return_token_ids), SGLang's are strings (logprobs): the same answer
+    from the two engines has equal text and unequal tokens."""
+    if a.tokens and b.tokens and _ids(a.tokens) == _ids(b.tokens):
+        return a.units(), b.units()
+    return tuple(a.text), tuple(b.text)
+
+
+def _ids(tokens: tuple[str, ...]) -> bool:
+    return all(t.isdigit() for t in tokens)
+
+
 def first_difference(a: Answer, b: Answer) -> int | None:
-    """The first position (token, or character without tokens) where two answers differ; None: equal."""
-    ua, ub = (a.units(), b.units()) if a.tokens and b.tokens else (tuple(a.text), tuple(b.text))
-    for i, (x, y) in enumerate(zip(ua, ub, strict=False)):
-        if x != y:
+    """The first position (token, or character where the tokens are not comparable) where two answers
+    differ; None: equal. A character position is given as the token it falls in, where either answer's
+    tokens are its text's pieces (SGLang's strings)."""
+    ua, ub = _compared(a, b)
+    found = next((i for i, (x, y) in enumerate(zip(ua, ub, strict=False)) if x != y), None)
+    if found is None and len(ua) != len(ub):
+        found = min(len(ua), len(ub))
+    if found is None or ua is a.units():
+        return found
+    return next((_token_at(x, found) for x in (a, b) if "".join(x.tokens) == x.text and x.tokens), found)
+
+
+def _token_at(answer: Answer, char: int) -> int:
+    end = 0
+    for i, piece in enumerate(answer.tokens):
+        end += len(piece)
+        if char < end:
             return i
-    return None if len(ua) == len(ub) else min(len(ua), len(ub))
+    return len(answer.tokens)
 
 
 @dataclass(frozen=True)
@@ -170,7 +196,7 @@ def agreement(other: str, mine: tuple[Answer, ...], theirs: tuple[Answer, ...]) 
         b = by_kind.get(a.kind)
         if b is None or b.prompt != a.prompt:
             continue
-        n = len(a.units()) if a.tokens and b.tokens else len(a.text)
+        n = len(a.units())
         rows.append((a.kind, first_difference(a, b), n))
     return Agreement(other, tuple(rows)) if rows else None
 

@@ -18,6 +18,7 @@ from daemon.api.controllers.status import StatusController
 from daemon.api.controllers.teardown import TeardownController
 from daemon.benchmark.experiments import Experiments
 from daemon.benchmark.judging import Judging
+from daemon.benchmark.relative import RelativeThroughput
 from daemon.benchmark.runner import BenchmarkRunner
 from daemon.benchmark.schedules import Schedules
 from daemon.benchmark.sweep.service import Sweeps
@@ -50,6 +51,7 @@ from daemon.switching.contracts import SwitchHost
 from daemon.switching.drain import DrainTimes
 from daemon.switching.launch import write_launch
 from daemon.switching.maintenance import MaintenanceTeardown
+from daemon.switching.preview import SwitchPreviewer
 from daemon.switching.reconcile import reconcile
 from daemon.switching.transaction import Switcher
 from daemon.warming.service import WarmService
@@ -283,6 +285,7 @@ def _controllers(
         recorder.cost,
         restart_budget=serving.policies.budget,
         bench_throughput=bench.bench_store.newest_throughput,
+        relative_throughput=lambda: {p: r.ratio for p, r in bench.relative.newest().items()},
     )
     runs = RunsController(store=recorder.store, hub=recorder.hub, jobs=b.jobs, watch=watch)
     status = StatusController(
@@ -304,6 +307,9 @@ def _controllers(
         parking=parking,
         answers=answers,
         runs=runs,
+        previewer=SwitchPreviewer(
+            switcher=switcher, jobs=b.jobs, parking=parking, typical=bench.bench_store.typical_seconds
+        ),
         default_profile=b.s.default_profile,
     )
     teardown = TeardownController(maintenance)
@@ -376,5 +382,6 @@ def _bench(
         schedules=schedules,
         answers=answers,
         bench_store=bench_store,
+        relative=RelativeThroughput(bench_store),
         store=recorder.store,
     )

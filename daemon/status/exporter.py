@@ -33,6 +33,7 @@ class K25Collector:
         cost: SwitchCostStore,
         restart_budget: Callable[[], dict[str, int]],
         bench_throughput: Callable[[], dict[str, float]],
+        relative_throughput: Callable[[], dict[str, float]],
     ) -> None:
         self.hub = hub
         self.store = store
@@ -41,6 +42,7 @@ class K25Collector:
         self.cost = cost
         self.restart_budget = restart_budget
         self.bench_throughput = bench_throughput
+        self.relative_throughput = relative_throughput
 
     def collect(self) -> Iterator[Metric]:
         st = self.hub.status
@@ -93,6 +95,14 @@ class K25Collector:
         for profile, tps in sorted(self.bench_throughput().items()):
             bench.add_metric([profile], tps)
         yield bench
+        relative = GaugeMetricFamily(
+            "k25_host_relative_throughput",
+            "newest benchmark's output tok/s over the median of this host's last 5 of the same measurement",
+            labels=["profile"],
+        )
+        for profile, ratio in sorted(self.relative_throughput().items()):
+            relative.add_metric([profile], ratio)
+        yield relative
         yield from self._serving()
         yield from self._gpus()
 

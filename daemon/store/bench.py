@@ -9,7 +9,7 @@ from dataclasses import dataclass
 from typing import Any, cast
 
 from sqlalchemy.orm import QueryableAttribute, defer
-from sqlmodel import col, select
+from sqlmodel import col, func, select
 from sqlmodel.sql.expression import SelectOfScalar
 
 from daemon.core.jsontypes import RequestRow, StoredJson, VllmSummary
@@ -73,6 +73,7 @@ class BenchStore:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._throughput: dict[str, float] | None = None  # newest_throughput's answer until the next save
+        self.saves = 0  # a reader's cache of benchmark figures holds until this changes
 
     def save(self, bench: Benchmark, levels: list[LevelRow]) -> int:
         """The benchmark and all its levels in one transaction."""
@@ -92,6 +93,7 @@ class BenchStore:
                 )
             s.commit()
             self._throughput = None
+            self.saves += 1
             return bench.id or 0
 
     def get(self, *, run_id: int, requests: bool = False) -> BenchmarkView | None:
@@ -145,6 +147,32 @@ class BenchStore:
                     found[view.bench.profile] = float(value)
             self._throughput = found
         return dict(self._throughput)
+
+    def earlier_throughputs(self, bench: Benchmark, n: int) -> list[float]:
+        """The output throughput of up to `n` benchmarks before `bench` that measured the same (profile,
+        spec, with or without other traffic) and ended ok, newest first: what the host's own normal is."""
+        with self.store.session() as s:
+            q = (
+                select(Benchmark.output_throughput)
+                .where(Benchmark.run_id == Run.id, Run.outcome == "ok")
+                .where(Benchmark.profile == bench.profile, Benchmark.spec_hash == bench.spec_hash)
+                .where(Benchmark.other_traffic == bench.other_traffic, col(Benchmark.id) < (bench.id or 0))
+                .where(col(Benchmark.output_throughput).is_not(None))
+            )
+            rows = s.exec(q.order_by(col(Benchmark.id).desc()).limit(n)).all()
+            return [float(v) for v in rows if v is not None]
+
+    def newest_each(self) -> list[Benchmark]:
+        """Each profile's newest benchmark that ended ok with a throughput."""
+        with self.store.session() as s:
+            q = (
+                select(func.max(Benchmark.id))
+                .where(Benchmark.run_id == Run.id, Run.outcome == "ok")
+                .where(col(Benchmark.output_throughput).is_not(None))
+                .group_by(Benchmark.profile)
+            )
+            ids = list(s.exec(q).all())
+            return list(s.exec(select(Benchmark).where(col(Benchmark.id).in_(ids))).all())
 
     def typical_seconds(self, *, profile: str, kind: str, outcome: str) -> float | None:
         """How long the profile's newest run of `kind` that ended `outcome` took (a plan's estimate)."""

@@ -10,7 +10,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable, Iterator
 
-from daemon.core.errors import K25Error, NotFound, Refused
+from daemon.core.errors import K25Error, Refused
 from daemon.core.hoststate import HostState
 from daemon.core.profiles import LoadedProfile, ProfileSet, WarmMode
 from daemon.core.run_types import CutShort, NewRun, Outcome, Phase, RunKind
@@ -81,19 +81,15 @@ class Switcher:
         """Start a switch (or a restart or rollback the serving watch asks for, linked to `parent`); returns
         its run id, or None when `name` is already active and healthy. The serving engine drains first
         unless `drain` is False, `force` is given or its profile says `drain = false`."""
-        profiles = await self._read()  # afresh: the file as it is now is what runs
-        lp = profiles.get(name)
-        if lp is None:
-            bad = next((str(p) for p in profiles.invalid if p.name == name), None)
-            raise NotFound(f"profile {name!r} is invalid: {bad}" if bad else f"no valid profile {name!r}")
+        profiles = await self.read_profiles()  # afresh: the file as it is now is what runs
+        lp = profiles.require(name)
         if self.hub.status.state is HostState.NEEDS_RESET:
             raise Refused(f"the host needs a GPU reset or reboot: {self.hub.status.reason}")
         if not force:  # started by hand and loading: it is this profile, soon active; not started again
             await self.serving.settled(name)
-        st = self.hub.status  # nothing to do needs no place in the queue (a switch that just ended holds it)
-        if not force and st.state is HostState.ACTIVE and st.active_profile == name:
-            if (await self.host.systemd.state(lp.profile.unit)).is_active:
-                return None
+        # nothing to do needs no place in the queue (a switch that just ended holds it)
+        if not force and await self.serves(lp):
+            return None
         # An operator's switch waits for a benchmark; a job's own switch and the watch's do not.
         with self._admit(name, parent, profiles) as (slot, txn):
             st = self.hub.status
@@ -108,6 +104,13 @@ class Switcher:
                 await self.recorder.out_of_rotation(run_id, txn.out_at)
             slot.start(run_id, self._transaction(run_id, lp, previous, txn))
             return run_id
+
+    async def serves(self, lp: LoadedProfile) -> bool:
+        """`lp` is the active, healthy profile and its unit runs: activating it is a no-op."""
+        st = self.hub.status
+        if st.state is not HostState.ACTIVE or st.active_profile != lp.profile.name:
+            return False
+        return (await self.host.systemd.state(lp.profile.unit)).is_active
 
     @contextlib.contextmanager
     def _admit(
@@ -146,7 +149,7 @@ class Switcher:
         nothing running, bring the known-good profile back (the undo it could not finish)."""
         if cut is None:
             return
-        profiles = await self._read()
+        profiles = await self.read_profiles()
         lp = profiles.get(cut.profile)
         if resume and lp is not None:
             woke = cut.phase is Phase.WAKING
@@ -172,7 +175,7 @@ class Switcher:
             from_profile=cut.profile,
         )
 
-    async def _read(self) -> ProfileSet:
+    async def read_profiles(self) -> ProfileSet:
         """The profiles folder, read once per switch; every profile a switch can start is followed."""
         profiles = await self._read_profiles()
         self.units.follow_units()
@@ -286,7 +289,7 @@ class Switcher:
     ) -> LoadedProfile | None:
         """The profile a failure returns to: the previous one, the last good one, or the default (from
         `profiles`, a switch's own set; read afresh without)."""
-        profiles = profiles or await self._read()
+        profiles = profiles or await self.read_profiles()
         last_good = await asyncio.to_thread(self.store.last_good_profile)
         for name in (previous, last_good, self.default_profile):
             if name and name != failed and (lp := profiles.get(name)) is not None:

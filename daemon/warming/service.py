@@ -10,7 +10,7 @@ import logging
 import threading
 from collections.abc import Awaitable, Callable
 
-from daemon.core.errors import Busy, NotFound
+from daemon.core.errors import Busy
 from daemon.core.hoststate import HostState
 from daemon.core.profiles import Profile, ProfileSet, WarmMode
 from daemon.core.run_types import NewRun, Outcome, Phase, Progress, RunKind
@@ -45,10 +45,7 @@ class WarmService:
         return dict(self.warmer.latest)
 
     def _profile(self, name: str) -> Profile:
-        lp = self.profiles().get(name)
-        if lp is None:
-            raise NotFound(f"no valid profile {name!r}")
-        return lp.profile
+        return self.profiles().require(name).profile
 
     async def start(self, name: str) -> int:
         """A warm run for the profile; 409 while one runs for it already."""

@@ -190,9 +190,9 @@ class FakeProber:
         """A greedy answer that depends on the prompt; `garbled` profiles answer garbage."""
         self.answers_asked.append(profile.name)
         if profile.name in self.garbled:
-            return Answer(req.kind, req.prompt, " !!" * 4, ("0",) * 4)
-        words = req.prompt.split()[: req.max_tokens]
-        return Answer(req.kind, req.prompt, "".join(" " + w for w in words), tuple(words))
+            return Answer(req.kind, req.prompt, " !!" * 4, (" !!",) * 4)
+        words = tuple(" " + w for w in req.prompt.split()[: req.max_tokens])  # tokens as SGLang gives them
+        return Answer(req.kind, req.prompt, "".join(words), words)
 
     async def read_json(self, profile: Profile, path: str) -> dict[str, object] | None:
         return self.json_answers.get((profile.name, path))

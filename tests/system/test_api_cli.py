@@ -72,12 +72,25 @@ def test_cli_activate_wait_and_exit_codes(api: Api, sandbox: SandboxInfo) -> Non
     api.wait_until(lambda: api.status()["state"] == "active", what="rollback after the failed switch")
     status = json.loads(_cli(sandbox, "status", "--json").stdout)
     assert status["active_profile"] == "vllm-eagle3"
+    same = _cli(sandbox, "activate", "vllm-eagle3", "--dry-run")
+    assert (same.returncode, same.stdout.strip()) == (
+        0,
+        "would not switch: vllm-eagle3 is already active and healthy",
+    )
+    other = _cli(sandbox, "activate", "baseline", "--dry-run", "--no-drain")
+    assert other.returncode == 0, other.stdout + other.stderr
+    assert other.stdout.startswith("would switch: vllm-eagle3 would stop, baseline would cold start"), (
+        other.stdout
+    )
     started = _cli(sandbox, "activate", "slow", "--json")
     assert started.returncode == 0
     run_id = json.loads(started.stdout)["run_id"]
     busy = _cli(sandbox, "activate", "baseline")
     assert busy.returncode == 4
     assert f"run {run_id}" in busy.stderr
+    planned = _cli(sandbox, "activate", "baseline", "--dry-run")  # what it would do: refused, run N
+    assert planned.returncode == 4, planned.stdout + planned.stderr
+    assert f"would not switch: run {run_id}" in planned.stdout
     assert _cli(sandbox, "cancel", str(run_id)).returncode == 0
     api.wait_run(run_id)
     assert _cli(sandbox, "activate", "no-such-profile").returncode == 2

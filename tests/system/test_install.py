@@ -20,6 +20,7 @@ from daemon.sandbox import reaping
 from daemon.sandbox import sandbox as sbx
 from daemon.sandbox.layout import GPU_COUNT, REPO, fake_engine_profile
 from daemon.sandbox.ports import free_port
+from tests.playbooks import Played, play
 from tests.sandboxing import Api
 
 pytestmark = pytest.mark.timeout(900)
@@ -88,6 +89,23 @@ class Host:
 
     def api(self) -> Api:
         return Api(self.info)
+
+    def role(self, folder: Path, *args: str, src: Path = REPO) -> Played:
+        """The collection's `install` role on this host (k25.ctl.install, install.sh from the checkout
+        `src`): Ansible's local connection, its modules run inside the host by an interpreter that enters
+        it."""
+        folder.mkdir(exist_ok=True)
+        python = folder / "python-in-host"
+        python.write_text(f'#!/bin/sh\nexec nsenter -t {self.info.pid} -m -p /usr/bin/python3 "$@"\n')
+        python.chmod(0o755)
+        (folder / "hosts.ini").write_text(
+            f"host ansible_connection=local ansible_python_interpreter={python}\n"
+        )
+        (folder / "install.yml").write_text(
+            "- hosts: all\n  gather_facts: false\n  roles:\n"
+            f"    - {{role: k25.ctl.install, k25_ctl_src: {src}}}\n"
+        )
+        return play(folder / "hosts.ini", str(folder / "install.yml"), *args, home=folder)
 
     def unit_processes(self) -> list[tuple[str, str]]:
         """(unit, command line) of every process of a service in this host but D-Bus and journald."""
@@ -175,7 +193,11 @@ def test_checks_fail_before_anything_is_touched(host: Host, tmp_path: Path) -> N
     _untouched(host)
 
 
-def test_a_fresh_install_serves_and_a_second_changes_nothing(host: Host) -> None:
+def test_a_fresh_install_serves_and_a_second_changes_nothing(host: Host, tmp_path: Path) -> None:
+    checked = host.role(tmp_path, "--check", "--diff")  # the role in check mode: install.sh --dry-run
+    assert (checked.rc, checked.recap["host"]["changed"]) == (0, 1), checked.out
+    assert "would: install k25-ctl" in checked.out
+    assert not host.path("/opt/k25-ctl").exists()
     staged = host.install("--no-start")
     assert "not started (--no-start)" in staged
     assert (host.show("k25-ctl.service", "ActiveState"), host.show("k25-ctl.service", "UnitFileState")) == (
@@ -216,6 +238,11 @@ def test_a_fresh_install_serves_and_a_second_changes_nothing(host: Host) -> None
     pid, files = host.show("k25-ctl.service", "MainPID"), _snapshot(host)
     again = host.install()
     assert again.strip().splitlines()[-1] == "nothing to change", again
+    for args in (("--check",), ()):  # the role, as a fleet runs it again: nothing to change either way
+        rerun = host.role(tmp_path, *args)
+        assert (rerun.rc, rerun.recap["host"]["changed"], rerun.recap["host"]["failed"]) == (0, 0, 0), (
+            rerun.out
+        )
     assert host.show("k25-ctl.service", "MainPID") == pid
     assert _snapshot(host) == files
 
@@ -334,7 +361,10 @@ def test_an_upgrade_backs_up_and_migrates_the_database_and_leaves_the_engine_run
 
     # The next version over a running daemon: the daemon restarts, the engine serves on, no migration due.
     daemon = host.show("k25-ctl.service", "MainPID")
-    out = host.install(script=_next_version(tmp_path) / "install.sh")
+    # Through the collection's role, as a fleet upgrades (-v: install.sh's output in the task's result).
+    upgrade = host.role(tmp_path / "role", "-v", src=_next_version(tmp_path))
+    assert (upgrade.rc, upgrade.recap["host"]["changed"]) == (0, 1), upgrade.out
+    out = upgrade.out
     assert "upgrade /opt/k25-ctl/venv (was 0.1.0)" in out, out
     assert "restart k25-ctl.service (engines keep running)" in out
     assert "database backup" not in out

@@ -87,3 +87,19 @@ def test_agreement_request_by_request() -> None:
     assert bad.from_first_token
     other_prompt = (Answer(AnswerKind.CHAT, "another", " c", ("3",)),)
     assert agreement("baseline", other_prompt, base) is None  # nothing comparable
+
+
+def test_vllm_ids_and_sglang_token_strings_are_compared_by_their_text() -> None:
+    """vLLM answers token ids, SGLang token strings: the same answer from both agrees; another does not."""
+    vllm = (Answer(AnswerKind.COMPLETION, "p", " Paris is", ("3681", "374")),)
+    sglang = (Answer(AnswerKind.COMPLETION, "p", " Paris is", (" Paris", " is")),)
+    same = agreement("baseline", sglang, vllm)
+    assert same is not None
+    assert same.equal
+    assert same.describe() == "vs baseline: completion: equal"
+    other = (Answer(AnswerKind.COMPLETION, "p", " Lyon is", (" Lyon", " is")),)
+    differs = agreement("baseline", other, vllm)
+    assert differs is not None
+    assert differs.from_first_token
+    assert first_difference(other[0], vllm[0]) == 0  # the character at 1, in token 0 (" Lyon")
+    assert differs.describe() == "vs baseline: completion: differs from token 0 of 2"

@@ -18,6 +18,7 @@ from daemon.api.bench_schemas import (
     PromoteIn,
     PromoteOut,
     ProvenanceOut,
+    RelativeOut,
     RestoreOut,
     RoundOut,
     ScheduleOut,
@@ -29,6 +30,7 @@ from daemon.benchmark.compare import Comparison, mean, predicted_below
 from daemon.benchmark.experiment_request import ExperimentRequest
 from daemon.benchmark.experiments import Experiments
 from daemon.benchmark.judging import Judging
+from daemon.benchmark.relative import RelativeThroughput
 from daemon.benchmark.schedules import Schedule, Schedules
 from daemon.benchmark.spec import BenchmarkSpec
 from daemon.benchmark.sweep.ranking import parse_metric
@@ -50,6 +52,7 @@ class BenchController:
         schedules: Schedules,
         answers: KnownAnswers,
         bench_store: BenchStore,
+        relative: RelativeThroughput,
         store: Store,
     ) -> None:
         self.svc = experiments
@@ -57,6 +60,7 @@ class BenchController:
         self.schedules = schedules
         self.answers = answers
         self.bench_store = bench_store
+        self.relative = relative  # a benchmark against this host's own normal (the exporter's too)
         self.store = store
 
     async def start(self, spec: BenchmarkSpec, *, isolate: bool = False) -> AcceptedOut:
@@ -65,7 +69,11 @@ class BenchController:
     async def benchmark(self, run_id: int, *, requests: bool) -> BenchmarkOut:
         view = await asyncio.to_thread(self.bench_store.get, run_id=run_id, requests=requests)
         if view is not None:
-            return bench_out(view, requests=requests)
+            relative = await asyncio.to_thread(self.relative.of, view.bench)
+            out = bench_out(view, requests=requests)
+            return out.model_copy(
+                update={"relative": RelativeOut.model_validate(relative) if relative else None}
+            )
         run = await asyncio.to_thread(self.store.get_run, run_id=run_id)
         if run is None or run.run.kind != RunKind.BENCHMARK:
             raise NotFound(f"no benchmark run {run_id}")

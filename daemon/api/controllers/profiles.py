@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 from daemon.api.answers_view import known_answer_out
+from daemon.api.bench_schemas import SwitchPlanIn, SwitchPlanOut
 from daemon.api.controllers.runs import RunsController
 from daemon.api.schemas import AcceptedOut, ProfileOut, ReloadOut, ResidencyOut, RunOut, UnitStateOut
 from daemon.core.errors import NotFound
@@ -12,6 +13,7 @@ from daemon.parking.service import Parking
 from daemon.runs.jobs import Jobs
 from daemon.serving.units import UnitFollower
 from daemon.status.inventory import Inventory, ProfileEntry
+from daemon.switching.preview import SwitchPreviewer
 from daemon.switching.transaction import Switcher
 from daemon.warming.service import WarmService
 
@@ -28,6 +30,7 @@ class ProfilesController:
         parking: Parking,
         answers: KnownAnswers,
         runs: RunsController,
+        previewer: SwitchPreviewer,
         default_profile: str,
     ) -> None:
         self.inventory = inventory
@@ -38,6 +41,7 @@ class ProfilesController:
         self.parking = parking
         self.answers = answers
         self.runs = runs
+        self.previewer = previewer
         self.default_profile = default_profile
 
     async def profiles(self) -> list[ProfileOut]:
@@ -75,6 +79,10 @@ class ProfilesController:
             await self.jobs.wait(run_id)
             return await self.runs.run(run_id)
         return AcceptedOut(run_id=run_id)
+
+    async def plan_switch(self, req: SwitchPlanIn) -> SwitchPlanOut:
+        found = await self.previewer.preview(req.activate, force=req.force, drain=req.drain)
+        return SwitchPlanOut.model_validate(found)
 
     async def warm(self, name: str) -> AcceptedOut:
         return AcceptedOut(run_id=await self.warms.start(name))

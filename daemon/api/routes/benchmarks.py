@@ -16,8 +16,10 @@ from daemon.api.bench_schemas import (
     ScheduleCancelOut,
     ScheduleOut,
     SweepOut,
+    SwitchPlanIn,
+    SwitchPlanOut,
 )
-from daemon.api.routes.common import ACCEPTED, BenchCtl, Limit, RunId, located, reads, writes
+from daemon.api.routes.common import ACCEPTED, BenchCtl, Limit, ProfilesCtl, RunId, located, reads, writes
 from daemon.api.schemas import AcceptedOut
 from daemon.benchmark.experiment_request import ExperimentRequest, PlanRequest
 from daemon.benchmark.spec import BenchmarkSpec
@@ -74,10 +76,15 @@ async def start_experiment(
 
 
 @write.post("/plans")
-async def plan_experiment(req: PlanRequest, c: BenchCtl) -> PlanOut:
-    """A sweep's plan (`k25-ctl experiment --dry-run`): its variants in order, the switches, an estimate
-    of the time from the base's recorded switch and benchmark; nothing is started (the write token, as
-    the experiment it plans)."""
+async def plan(
+    req: SwitchPlanIn | PlanRequest, c: BenchCtl, profiles: ProfilesCtl
+) -> SwitchPlanOut | PlanOut:
+    """Nothing is started (the write token, as what it plans). `{"activate": NAME}`: what that activate
+    would do now (Ansible's check mode): switch or not, drain, park or stop, wake or cold start, what would
+    refuse it. A sweep (`vary`): its variants in order, the switches, an estimate of the time from the
+    base's recorded switch and benchmark (`k25-ctl experiment --dry-run`)."""
+    if isinstance(req, SwitchPlanIn):
+        return await profiles.plan_switch(req)
     return await c.plan(req)
 
 

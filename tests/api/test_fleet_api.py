@@ -1,0 +1,108 @@
+"""What the fleet layer (contrib/ansible) asks of one host: a switch's plan that touches nothing (Ansible's
+check mode, through POST /plans) and each benchmark against the host's own normal (the gate of a rollout,
+and k25_host_relative_throughput for the slow-host alert)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+from tests.api.conftest import Env, running_env, wait_run
+from tests.api.test_park import _activate, _parkable_baseline
+
+SPEC = {"concurrency": [1], "num_prompts": 2, "max_tokens": 8, "warmups": 0}
+
+
+async def _plan(env: Env, body: dict[str, Any], status: int = 200) -> Any:
+    r = await env.client.post("/plans", json=body, headers=env.auth)
+    assert r.status_code == status, r.text
+    return r.json()
+
+
+async def test_a_switch_plan_says_what_an_activate_would_do_and_does_nothing(env: Env) -> None:
+    first = await _plan(env, {"activate": "baseline"})
+    assert (first["switch"], first["from_profile"], first["state"]) == (True, None, "idle")
+    assert (first["start"], first["away"], first["refused"], first["estimate_s"]) == (
+        "cold start", None, None, None,
+    )  # fmt: skip
+    assert (await env.client.get("/runs")).json() == []  # a plan records nothing
+    assert (await env.client.get("/status")).json()["state"] == "idle"
+
+    await _activate(env, "baseline")
+    same = await _plan(env, {"activate": "baseline"})
+    assert (same["switch"], same["reason"]) == (False, "baseline is already active and healthy")
+    assert (await _plan(env, {"activate": "baseline", "force": True}))["switch"] is True
+    other = await _plan(env, {"activate": "alpha"})
+    assert (other["switch"], other["from_profile"], other["away"], other["start"]) == (
+        True, "baseline", "drain, then stop", "cold start",
+    )  # fmt: skip
+    assert other["estimate_s"] is None  # alpha never started: nothing to estimate from
+    assert (await _plan(env, {"activate": "alpha", "drain": False}))["away"] == "stop"
+    runs = len((await env.client.get("/runs")).json())
+    await _activate(env, "alpha")
+    back = await _plan(env, {"activate": "baseline"})
+    assert back["estimate_s"] is not None
+    assert back["estimate_s"] > 0
+    assert len((await env.client.get("/runs")).json()) == runs + 2  # the switch and its serving run
+
+    # Bad input: a clear answer, nothing started.
+    assert "no valid profile 'nope'" in (await _plan(env, {"activate": "nope"}, 404))["detail"]
+    assert "bogus" in str(await _plan(env, {"activate": "alpha", "bogus": 1}, 422))
+    assert (await env.client.post("/plans", json={"activate": "alpha"})).status_code == 401
+    assert (await env.client.get("/status")).json()["active_profile"] == "alpha"
+
+
+async def test_a_plan_says_a_parked_profile_wakes_and_a_busy_host_refuses(tmp_path: Path) -> None:
+    async with running_env(tmp_path, park_ram_reserve_bytes=0) as env:
+        await _parkable_baseline(env, tmp_path)
+        env.prober.json_answers[("baseline", "/is_sleeping")] = {"is_sleeping": True}
+        away = await _plan(env, {"activate": "alpha"})
+        assert away["away"] == "drain, then park"  # the serving baseline parks
+        await _activate(env, "alpha")
+        back = await _plan(env, {"activate": "baseline"})
+        assert (back["start"], back["switch"]) == ("wake", True)
+        slow = SPEC | {"num_prompts": 50, "max_tokens": 64}
+        r = await env.client.post("/benchmarks", json=slow, headers=env.auth)
+        assert r.status_code == 202, r.text
+        busy = await _plan(env, {"activate": "baseline"})
+        assert busy["switch"] is False
+        assert busy["refused"] is not None, busy
+        assert "benchmark" in busy["refused"], busy
+        assert (
+            await env.client.post(f"/runs/{r.json()['run_id']}/cancel", headers=env.auth)
+        ).status_code == 202
+        await wait_run(env, r.json()["run_id"])
+
+
+async def test_each_benchmark_is_held_to_the_hosts_own_normal(env: Env) -> None:
+    await _activate(env, "baseline")
+    ids = []
+    for spec in (SPEC, SPEC, SPEC, SPEC | {"max_tokens": 9}):
+        r = await env.client.post("/benchmarks", json=spec, headers=env.auth)
+        assert r.status_code == 202, r.text
+        ids.append(r.json()["run_id"])
+        assert (await wait_run(env, ids[-1]))["outcome"] == "ok"
+    got = [(await env.client.get(f"/benchmarks/{i}")).json() for i in ids]
+    assert got[0]["relative"] is None  # the first of its kind: nothing to compare with
+    assert got[3]["relative"] is None  # another spec is another measurement
+    second, third = got[1]["relative"], got[2]["relative"]
+    assert second["baseline_runs"] == 1
+    assert abs(second["baseline"] - got[0]["output_throughput"]) < 1e-9
+    assert third["baseline_runs"] == 2
+    median = (got[0]["output_throughput"] + got[1]["output_throughput"]) / 2
+    assert abs(third["baseline"] - median) < 1e-9
+    assert abs(third["ratio"] - got[2]["output_throughput"] / median) < 1e-9
+    # /metrics: the newest benchmark of the profile (the other spec's, the first of its kind: none), so
+    # switch to the spec measured before and measure once more.
+    scraped = await env.client.get("/metrics")
+    assert scraped.status_code == 200, scraped.text
+    assert "k25_host_relative_throughput{" not in scraped.text
+    r = await env.client.post("/benchmarks", json=SPEC, headers=env.auth)
+    last = await wait_run(env, r.json()["run_id"])
+    rel = (await env.client.get(f"/benchmarks/{last['id']}")).json()["relative"]
+    assert rel["baseline_runs"] == 3
+    metrics = (await env.client.get("/metrics")).text
+    found = re.search(r'^k25_host_relative_throughput\{profile="baseline"\} (\S+)$', metrics, re.M)
+    assert found is not None, metrics
+    assert abs(float(found.group(1)) - rel["ratio"]) < 1e-9

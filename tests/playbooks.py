@@ -1,0 +1,43 @@
+"""`ansible-playbook` (ansible-core from the dev extras) with the k25.ctl collection of this checkout, for
+the system tests that drive hosts through it; its PLAY RECAP read back per host."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from tests.conftest import ROOT
+
+PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+
+
+@dataclass
+class Played:
+    rc: int
+    out: str
+    recap: dict[str, dict[str, int]]  # host -> ok, changed, failed, ... as the recap counts them
+
+
+def play(inventory: Path, playbook: str, *args: str, home: Path) -> Played:
+    """`playbook` (a file, or k25.ctl.NAME) on `inventory`; `home`: Ansible's own files (its temp folder)."""
+    env = {
+        "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
+        "HOME": str(home),
+        "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "contrib/ansible"),
+        "ANSIBLE_LOCAL_TEMP": str(home / "tmp"),
+        "ANSIBLE_NOCOLOR": "1",
+        "ANSIBLE_FORCE_COLOR": "0",
+        "LC_ALL": "C.UTF-8",  # ansible-core refuses any other locale encoding
+    }
+    cmd = [str(PLAYBOOK), "-i", str(inventory), playbook, *args]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
+    out = done.stdout + done.stderr
+    print(out[-6000:])
+    recap = {
+        m[1]: {k: int(v) for k, v in re.findall(r"(\w+)=(\d+)", m[2])}
+        for m in re.finditer(r"^(\S+)\s+:\s+(ok=.*)$", out, re.M)
+    }
+    return Played(done.returncode, out, recap)

@@ -1,0 +1,225 @@
+"""A fleet of three hosts through the k25.ctl collection (contrib/ansible), end to end: three sandboxes
+(each its own systemd, k25-ctl and fake engines, every profile on the host's service port) behind
+Debian's HAProxy, which checks each host's /ready every half second. A client keeps 8 requests in flight
+through HAProxy while `ansible-playbook` (ansible-core from PyPI, the modules on each "host" by the local
+connection) checks, rolls out, rolls out again, and meets a broken profile on host 2; then the fleet's
+A/B (experiment.yml), and a host that came back slower, found by a real Prometheus with the alert rules."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import shutil
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from daemon.sandbox import sandbox as sbx
+from daemon.sandbox.balancer import Host, Load, haproxy
+from daemon.sandbox.ports import free_port
+from tests.playbooks import Played
+from tests.playbooks import play as playbook
+from tests.prometheus import prometheus, query
+from tests.sandboxing import Api
+from tests.waiting import eventually_sync
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("haproxy") is None, reason="haproxy: scripts/setup.sh installs it"
+)
+SPEC = {"concurrency": [2], "num_prompts": 6, "max_tokens": 48, "warmups": 0}
+
+
+@dataclass
+class Member:
+    name: str
+    info: sbx.SandboxInfo
+    service_port: int
+
+    @functools.cached_property
+    def api(self) -> Api:
+        return Api(self.info)
+
+    @property
+    def profiles_d(self) -> Path:
+        return Path(self.info.config).parent / "profiles.d"
+
+    def runs(self) -> list[Any]:
+        runs: list[Any] = self.api.client.get("/runs", params={"limit": 500}).json()
+        return runs
+
+    def serving(self) -> tuple[str, str | None]:
+        st = self.api.status()
+        return st["state"], st["active_profile"]
+
+
+@pytest.fixture(scope="module")
+def fleet() -> Iterator[list[Member]]:
+    """Three hosts; a drain's grace (2 s) outlasts HAProxy's two failed checks (1 s)."""
+    members: list[Member] = []
+    try:
+        for i in range(1, 4):
+            service = free_port()
+            settings = {"service_port": str(service), "drain_grace_s": "2", "drain_poll_s": "0.1"}
+            members.append(Member(f"h{i}", sbx.up(load_seconds=1.0, settings=settings), service))
+        for m in members:
+            assert m.api.activate("baseline")["outcome"] == "active"
+        yield members
+    finally:
+        for m in members:
+            sbx.down(m.info)
+
+
+@pytest.fixture(scope="module")
+def inventory(fleet: list[Member], tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The README's inventory, with each sandbox's daemon as a host's loopback API."""
+    path = tmp_path_factory.mktemp("inventory") / "hosts.ini"
+    lines = ["[k25]"]
+    for m in fleet:
+        lines.append(
+            f"{m.name} ansible_connection=local ansible_python_interpreter={sys.executable} "
+            f"k25_url={m.info.url} k25_token_file={m.info.token_file}"
+        )
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def play(inventory: Path, name: str, *args: str) -> Played:
+    return playbook(inventory, f"k25.ctl.{name}", *args, home=inventory.parent)
+
+
+def _switches(m: Member, since: int) -> list[Any]:
+    return sorted((r for r in m.runs() if r["id"] > since and r["kind"] in ("switch", "rollback")),
+                  key=lambda r: r["id"])  # fmt: skip
+
+
+def _break(m: Member, profile: str) -> str:
+    """The profile's fake engine crashes while it loads, from now on; returns the file as it was."""
+    path = m.profiles_d / f"{profile}.toml"
+    before = path.read_text()
+    head, _, command = before.partition("command = ")
+    argv = json.loads(command.splitlines()[0])
+    rest = "\n".join(command.splitlines()[1:])
+    path.write_text(f"{head}command = {json.dumps([*argv, '--fault', 'crash-loading'])}\n{rest}\n")
+    assert m.api.client.post("/profiles/reload").status_code == 200
+    return before
+
+
+def test_a_rollout_moves_one_host_at_a_time_and_no_client_notices(
+    fleet: list[Member], inventory: Path
+) -> None:
+    h1, h2, h3 = fleet
+    servers = [Host(m.name, m.service_port, m.info.port) for m in fleet]
+    with haproxy(servers, free_port(), inter="500ms") as proxy:
+        eventually_sync(lambda: all(s["status"] == "UP" for s in proxy.servers().values()), what="all UP")
+        with Load(proxy.url, clients=8) as load:
+            eventually_sync(lambda: load.count() >= 16, what="traffic flows")
+            last = {m.name: max(r["id"] for r in m.runs()) for m in fleet}
+
+            checked = play(inventory, "rollout", "--check", "-e", "k25_profile=vllm-eagle3")
+            assert checked.rc == 0, checked.out
+            assert {h: r["changed"] for h, r in checked.recap.items()} == {"h1": 1, "h2": 1, "h3": 1}
+            assert all(_switches(m, last[m.name]) == [] for m in fleet)  # --check switched nothing
+            assert all(m.serving() == ("active", "baseline") for m in fleet)
+
+            rolled = play(inventory, "rollout", "-e", "k25_profile=vllm-eagle3")
+            assert rolled.rc == 0, rolled.out
+            assert all(r["failed"] == 0 and r["changed"] >= 1 for r in rolled.recap.values()), rolled.recap
+            switches = {m.name: _switches(m, last[m.name]) for m in fleet}
+            for m in fleet:
+                assert m.serving() == ("active", "vllm-eagle3")
+                (run,) = switches[m.name]
+                assert (run["profile"], run["outcome"]) == ("vllm-eagle3", "active")
+                assert run["switch_cost"]["drain_cut"] == 0
+            # One host at a time: each switch began after the one before had ended (and its gate with it).
+            assert switches["h1"][0]["ended_at"] < switches["h2"][0]["started_at"]
+            assert switches["h2"][0]["ended_at"] < switches["h3"][0]["started_at"]
+            gates = [b for b in h2.api.client.get("/benchmarks").json() if b["profile"] == "vllm-eagle3"]
+            assert len(gates) == 1  # the gate's benchmark, recorded
+
+            again = play(inventory, "rollout", "-e", "k25_profile=vllm-eagle3")
+            assert again.rc == 0, again.out
+            assert {h: r["changed"] for h, r in again.recap.items()} == {"h1": 0, "h2": 0, "h3": 0}
+
+            last = {m.name: max(r["id"] for r in m.runs()) for m in fleet}
+            kept = _break(h2, "sglang-eagle3")
+            try:
+                broken = play(inventory, "rollout", "-e", "k25_profile=sglang-eagle3")
+            finally:
+                (h2.profiles_d / "sglang-eagle3.toml").write_text(kept)
+                assert h2.api.client.post("/profiles/reload").status_code == 200
+            assert broken.rc != 0, broken.out
+            assert h1.serving() == ("active", "sglang-eagle3")
+            failed, back = _switches(h2, last["h2"])
+            assert (failed["profile"], failed["outcome"]) == ("sglang-eagle3", "failed")
+            assert (back["kind"], back["profile"], back["outcome"]) == ("rollback", "vllm-eagle3", "active")
+            assert back["parent_id"] == failed["id"]
+            assert h2.serving() == ("active", "vllm-eagle3")  # rolled back by itself
+            assert f"rolled back to vllm-eagle3 (run {back['id']}): active" in broken.out
+            assert _switches(h3, last["h3"]) == []  # the play stopped at host 2
+            assert h3.serving() == ("active", "vllm-eagle3")
+            assert broken.recap["h2"]["failed"] == 1
+            assert broken.recap.get("h3", {}).get("changed", 0) == 0
+        stats = proxy.servers()
+    failed_requests = load.failed()
+    print(f"through haproxy: {load.count()} requests, {len(failed_requests)} failed; "
+          f"taken out: {[stats[m.name]['chkdown'] for m in fleet]}")  # fmt: skip
+    assert failed_requests == [], failed_requests[:5]
+    assert all(int(stats[m.name]["chkdown"]) >= 1 for m in fleet)  # each host left rotation for its switch
+
+
+def test_the_fleet_ab_judges_each_host_on_itself(fleet: list[Member], inventory: Path) -> None:
+    before = {m.name: m.serving()[1] for m in fleet}
+    ab = json.dumps({"k25_ab": ["vllm-eagle3", "sglang-eagle3"], "k25_ab_benchmark": SPEC})
+    played = play(inventory, "experiment", "-e", ab)
+    assert played.rc == 0, played.out
+    for m in fleet:
+        (exp,) = m.api.client.get("/experiments", params={"limit": 1}).json()
+        assert exp["outcome"] == "ok", exp
+        assert any(v.startswith("sglang-eagle3: faster") for v in exp["verdicts"]), exp["verdicts"]
+        assert m.serving()[1] == before[m.name]  # each host got its profile back
+    assert "sglang-eagle3: faster on 3 of 3 hosts (speed-up" in played.out
+
+
+def test_a_host_that_came_back_slower_is_found(fleet: list[Member], tmp_path: Path) -> None:
+    """Each host benchmarks the baseline twice (its normal); host 3's engine then runs 20% slower (as a
+    throttling GPU would make it), and each host benchmarks once more: Prometheus's K25HostSlower fires
+    for host 3 only, and the dashboard's ranking puts it first."""
+    h3 = fleet[2]
+    for m in fleet:
+        m.api.activate("baseline")
+        for _ in range(2):
+            _bench(m)
+    path = h3.profiles_d / "baseline.toml"
+    text = path.read_text()
+    rate = float(re.search(r'"--rate", "([0-9.]+)"', text).group(1))  # type: ignore[union-attr]
+    path.write_text(text.replace(f'"--rate", "{rate}"', f'"--rate", "{rate * 0.8:g}"'))
+    assert h3.api.client.post("/profiles/reload").status_code == 200
+    h3.api.activate("baseline", force=True)
+    ratios = {m.name: _bench(m)["relative"]["ratio"] for m in fleet}
+    print(f"relative throughput: {ratios}")
+    assert ratios["h3"] < 0.85, ratios
+    assert all(0.9 <= ratios[m.name] <= 1.1 for m in fleet[:2]), ratios
+    with prometheus(tmp_path, [m.info.url for m in fleet]) as prom:
+
+        def firing() -> list[str]:
+            alerts = prom.get("/api/v1/alerts").json()["data"]["alerts"]
+            return sorted(a["labels"]["instance"] for a in alerts
+                          if a["labels"]["alertname"] == "K25HostSlower" and a["state"] == "firing")  # fmt: skip
+
+        eventually_sync(lambda: len(query(prom, "k25_host_relative_throughput")) == 3, what="3 hosts scraped")
+        eventually_sync(firing, what="K25HostSlower fires", within_s=30)
+        assert firing() == [h3.info.url.removeprefix("http://")]
+        ranked = query(prom, 'sort(k25_host_relative_throughput{instance=~".*"})')
+        assert ranked[0]["metric"]["instance"] == h3.info.url.removeprefix("http://")
+
+
+def _bench(m: Member) -> Any:
+    r = m.api.client.post("/benchmarks", json=SPEC)
+    assert r.status_code == 202, r.text
+    assert m.api.wait_run(r.json()["run_id"])["outcome"] == "ok"
+    return m.api.client.get(f"/benchmarks/{r.json()['run_id']}").json()
