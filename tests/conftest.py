@@ -30,9 +30,10 @@ TIERS = ("system", "gpu", "web", "realengine")  # a tier's folder marks its test
 # real-engine module, 7 tests and the longest, started after twenty short ones): the longest modules
 # first, then tier by tier, so that the short unit and api modules fill the end.
 ORDER = ("realengine", "system", "web", "api", "unit", "gpu")
-LONGEST = (  # seconds on a busy CI run, roughly: 500, 340, then 60-120 each
+LONGEST = (  # seconds on a busy CI run, roughly: 450, 450, 200, then 60-150 each
     "tests/realengine/test_real_vllm.py",
     "tests/system/test_install.py",
+    "tests/system/test_fleet.py",
     "tests/system/test_capture.py",
     "tests/system/test_sweep.py",
     "tests/system/test_park.py",

@@ -13,6 +13,7 @@ import re
 import shutil
 import sys
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ pytestmark = pytest.mark.skipif(
     shutil.which("haproxy") is None, reason="haproxy: scripts/setup.sh installs it"
 )
 SPEC = {"concurrency": [2], "num_prompts": 6, "max_tokens": 48, "warmups": 0}
+GATE = json.dumps({"k25_gate_benchmark": SPEC})  # the rollout's gate: a short benchmark
 
 
 @dataclass
@@ -61,13 +63,18 @@ class Member:
 def fleet() -> Iterator[list[Member]]:
     """Three hosts; a drain's grace (2 s) outlasts HAProxy's two failed checks (1 s)."""
     members: list[Member] = []
+
+    def boot(i: int) -> None:  # the three boot at once: each waits on its own systemd
+        service = free_port()
+        settings = {"service_port": str(service), "drain_grace_s": "2", "drain_poll_s": "0.1"}
+        member = Member(f"h{i}", sbx.up(load_seconds=1.0, settings=settings), service)
+        members.append(member)
+        assert member.api.activate("baseline")["outcome"] == "active"
+
     try:
-        for i in range(1, 4):
-            service = free_port()
-            settings = {"service_port": str(service), "drain_grace_s": "2", "drain_poll_s": "0.1"}
-            members.append(Member(f"h{i}", sbx.up(load_seconds=1.0, settings=settings), service))
-        for m in members:
-            assert m.api.activate("baseline")["outcome"] == "active"
+        with ThreadPoolExecutor(3) as pool:
+            list(pool.map(boot, range(1, 4)))
+        members.sort(key=lambda m: m.name)
         yield members
     finally:
         for m in members:
@@ -116,7 +123,7 @@ def test_a_rollout_moves_one_host_at_a_time_and_no_client_notices(
     servers = [Host(m.name, m.service_port, m.info.port) for m in fleet]
     with haproxy(servers, free_port(), inter="500ms") as proxy:
         eventually_sync(lambda: all(s["status"] == "UP" for s in proxy.servers().values()), what="all UP")
-        with Load(proxy.url, clients=8) as load:
+        with Load(proxy.url, clients=8, max_tokens=64) as load:  # 8 in flight, at fewer requests a second
             eventually_sync(lambda: load.count() >= 16, what="traffic flows")
             last = {m.name: max(r["id"] for r in m.runs()) for m in fleet}
 
@@ -126,7 +133,7 @@ def test_a_rollout_moves_one_host_at_a_time_and_no_client_notices(
             assert all(_switches(m, last[m.name]) == [] for m in fleet)  # --check switched nothing
             assert all(m.serving() == ("active", "baseline") for m in fleet)
 
-            rolled = play(inventory, "rollout", "-e", "k25_profile=vllm-eagle3")
+            rolled = play(inventory, "rollout", "-e", "k25_profile=vllm-eagle3", "-e", GATE)
             assert rolled.rc == 0, rolled.out
             assert all(r["failed"] == 0 and r["changed"] >= 1 for r in rolled.recap.values()), rolled.recap
             switches = {m.name: _switches(m, last[m.name]) for m in fleet}
@@ -141,14 +148,14 @@ def test_a_rollout_moves_one_host_at_a_time_and_no_client_notices(
             gates = [b for b in h2.api.client.get("/benchmarks").json() if b["profile"] == "vllm-eagle3"]
             assert len(gates) == 1  # the gate's benchmark, recorded
 
-            again = play(inventory, "rollout", "-e", "k25_profile=vllm-eagle3")
+            again = play(inventory, "rollout", "-e", "k25_profile=vllm-eagle3", "-e", GATE)
             assert again.rc == 0, again.out
             assert {h: r["changed"] for h, r in again.recap.items()} == {"h1": 0, "h2": 0, "h3": 0}
 
             last = {m.name: max(r["id"] for r in m.runs()) for m in fleet}
             kept = _break(h2, "sglang-eagle3")
             try:
-                broken = play(inventory, "rollout", "-e", "k25_profile=sglang-eagle3")
+                broken = play(inventory, "rollout", "-e", "k25_profile=sglang-eagle3", "-e", GATE)
             finally:
                 (h2.profiles_d / "sglang-eagle3.toml").write_text(kept)
                 assert h2.api.client.post("/profiles/reload").status_code == 200
@@ -174,8 +181,8 @@ def test_a_rollout_moves_one_host_at_a_time_and_no_client_notices(
 
 def test_the_fleet_ab_judges_each_host_on_itself(fleet: list[Member], inventory: Path) -> None:
     before = {m.name: m.serving()[1] for m in fleet}
-    ab = json.dumps({"k25_ab": ["vllm-eagle3", "sglang-eagle3"], "k25_ab_benchmark": SPEC})
-    played = play(inventory, "experiment", "-e", ab)
+    ab = json.dumps({"k25_ab": ["vllm-eagle3", "sglang-eagle3"], "k25_ab_benchmark": SPEC, "k25_serial": 3})
+    played = play(inventory, "experiment", "-e", ab)  # all three at once (no balancer to keep serving here)
     assert played.rc == 0, played.out
     for m in fleet:
         (exp,) = m.api.client.get("/experiments", params={"limit": 1}).json()
@@ -186,21 +193,31 @@ def test_the_fleet_ab_judges_each_host_on_itself(fleet: list[Member], inventory:
 
 
 def test_a_host_that_came_back_slower_is_found(fleet: list[Member], tmp_path: Path) -> None:
-    """Each host benchmarks the baseline twice (its normal); host 3's engine then runs 20% slower (as a
+    """Each host benchmarks the baseline (its normal); host 3's engine then runs 20% slower (as a
     throttling GPU would make it), and each host benchmarks once more: Prometheus's K25HostSlower fires
-    for host 3 only, and the dashboard's ranking puts it first."""
+    for host 3 only, and the dashboard's ranking puts it first. The hosts work at once, each on its own."""
     h3 = fleet[2]
-    for m in fleet:
+
+    def normal(m: Member) -> None:
         m.api.activate("baseline")
-        for _ in range(2):
-            _bench(m)
+        _bench(m)
+
+    with ThreadPoolExecutor(3) as pool:
+        list(pool.map(normal, fleet))
     path = h3.profiles_d / "baseline.toml"
     text = path.read_text()
     rate = float(re.search(r'"--rate", "([0-9.]+)"', text).group(1))  # type: ignore[union-attr]
     path.write_text(text.replace(f'"--rate", "{rate}"', f'"--rate", "{rate * 0.8:g}"'))
     assert h3.api.client.post("/profiles/reload").status_code == 200
     h3.api.activate("baseline", force=True)
-    ratios = {m.name: _bench(m)["relative"]["ratio"] for m in fleet}
+    with ThreadPoolExecutor(3) as pool:
+        ratios = dict(
+            zip(
+                (m.name for m in fleet),
+                (b["relative"]["ratio"] for b in pool.map(_bench, fleet)),
+                strict=True,
+            )
+        )
     print(f"relative throughput: {ratios}")
     assert ratios["h3"] < 0.85, ratios
     assert all(0.9 <= ratios[m.name] <= 1.1 for m in fleet[:2]), ratios
