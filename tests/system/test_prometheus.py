@@ -58,7 +58,8 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(
         assert (
             inside(sandbox, "systemctl", "kill", "-s", "KILL", "vllm-kimi-k25-int4.service").returncode == 0
         )
-        assert api.wait_run(serving)["outcome"] == "crashed"  # the default profile restarts (its budget)
+        crashed = api.wait_run(serving)
+        assert crashed["outcome"] == "crashed", crashed  # the default profile restarts (its budget)
         api.wait_until(lambda: api.status()["state"] == "active", within_s=60, what="restarted")
         eventually_sync(
             lambda: query(prom, 'k25_runs_total{kind="serving",outcome="crashed"} > 0')
