@@ -122,8 +122,12 @@ class ServiceInterface(DbusInterfaceCommonAsync, interface_name="org.freedesktop
         raise NotImplementedError
 
 
-class ServiceUnitProxy(UnitInterface, ServiceInterface):
-    """A service unit object: both interfaces, read with one GetAll each."""
+class ServiceUnitProxy(ServiceInterface, UnitInterface):
+    """A service unit object: both interfaces, read with one GetAll each, the Unit's first (sdbus reads
+    them in reverse MRO order). systemd sets a service's Result before its ActiveState goes failed or
+    inactive, so ActiveState read first and Result after never pair a down state with the Result from
+    before it. The other order tore: ActiveState "failed" beside "success, status 0" from a moment
+    earlier, and an engine killed by SIGKILL read as stopped by hand (CI: test_prometheus)."""
 
 
 def translate(err: SdBusBaseError, unit: str = "") -> K25Error:

@@ -59,7 +59,8 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(
             inside(sandbox, "systemctl", "kill", "-s", "KILL", "vllm-kimi-k25-int4.service").returncode == 0
         )
         crashed = api.wait_run(serving)
-        assert crashed["outcome"] == "crashed", crashed  # the default profile restarts (its budget)
+        # the default profile restarts (its budget)
+        assert crashed["outcome"] == "crashed", (crashed["error"], [e["detail"] for e in crashed["events"]])
         api.wait_until(lambda: api.status()["state"] == "active", within_s=60, what="restarted")
         eventually_sync(
             lambda: query(prom, 'k25_runs_total{kind="serving",outcome="crashed"} > 0')

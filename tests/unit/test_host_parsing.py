@@ -96,3 +96,16 @@ def test_simulated_gpu_counts_only_live_holders() -> None:
     assert [p.pid for p in g1.processes] == [10]
     procs.procs = []
     assert [g.memory_used_mib for g in gpus.gpus()] == [4, 4]
+
+
+def test_a_units_state_is_read_unit_interface_first_then_service() -> None:
+    """ActiveState before Result: a failed state is never paired with the Result from before the failure
+    (systemd sets Result first). The reverse order once read a SIGKILLed engine as stopped by hand."""
+    from daemon.host.systemd_dbus import ServiceUnitProxy
+
+    order = [
+        name
+        for name, _ in ServiceUnitProxy._dbus_iter_interfaces_meta()
+        if name.startswith("org.freedesktop.systemd1")
+    ]
+    assert order == ["org.freedesktop.systemd1.Unit", "org.freedesktop.systemd1.Service"]
