@@ -128,13 +128,13 @@ def _tokens(choice: dict[str, object]) -> tuple[str, ...]:
     return ()
 
 
-def _compared(a: Answer, b: Answer) -> tuple[tuple[str, ...], tuple[str, ...]]:
-    """What two answers are compared by: their tokens where both have tokens of one kind, else their
-    characters. vLLM's tokens are ids (return_token_ids), SGLang's are strings (logprobs): the same answer
-    from the two engines has equal text and unequal tokens."""
+def _compared(a: Answer, b: Answer) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
+    """What two answers are compared by, and whether that is tokens: their tokens where both have tokens
+    of one kind, else their characters. vLLM's tokens are ids (return_token_ids), SGLang's are strings
+    (logprobs): the same answer from the two engines has equal text and unequal tokens."""
     if a.tokens and b.tokens and _ids(a.tokens) == _ids(b.tokens):
-        return a.units(), b.units()
-    return tuple(a.text), tuple(b.text)
+        return a.tokens, b.tokens, True
+    return tuple(a.text), tuple(b.text), False
 
 
 def _ids(tokens: tuple[str, ...]) -> bool:
@@ -145,13 +145,13 @@ def first_difference(a: Answer, b: Answer) -> int | None:
     """The first position (token, or character where the tokens are not comparable) where two answers
     differ; None: equal. A character position is given as the token it falls in, where either answer's
     tokens are its text's pieces (SGLang's strings)."""
-    ua, ub = _compared(a, b)
+    ua, ub, by_tokens = _compared(a, b)
     found = next((i for i, (x, y) in enumerate(zip(ua, ub, strict=False)) if x != y), None)
     if found is None and len(ua) != len(ub):
         found = min(len(ua), len(ub))
-    if found is None or ua is a.units():
+    if found is None or by_tokens:
         return found
-    return next((_token_at(x, found) for x in (a, b) if "".join(x.tokens) == x.text and x.tokens), found)
+    return next((_token_at(x, found) for x in (a, b) if x.tokens and "".join(x.tokens) == x.text), found)
 
 
 def _token_at(answer: Answer, char: int) -> int:
