@@ -18,6 +18,9 @@ from tests.sandboxing import Api, inside, kill_daemon
 
 # Not test_bench.py's spec: the sweeps' benchmarks stay out of its comparison whichever runs first.
 SPEC = {"concurrency": [1], "num_prompts": 4, "max_tokens": 64, "warmups": 1}
+# The ranking's: each benchmark streams 768 tokens (5 to 9 s), so that a stall of this busy machine (a real
+# vLLM starting on another worker) is a small part of it. With SPEC (~1.6 s), one stall took 22% off a variant.
+RANKED = SPEC | {"max_tokens": 192}
 K25 = str(Path(sys.executable).parent / "k25-ctl")
 
 
@@ -40,17 +43,19 @@ def test_a_sweep_ranks_its_variants_as_the_engine_runs_them_and_promotes_the_bes
     api.activate("baseline")
     folder = Path(sandbox.config).parent / "profiles.d"
     before = {p.name: p.read_bytes() for p in folder.glob("*.toml")}
-    body: dict[str, Any] = {"profiles": ["sweepy"], "vary": {"spec-tokens": [1, 2, 3], "acceptance": [0.3, 0.8]},
-                            "benchmark": SPEC}  # fmt: skip
+    # Variants whose rates are far apart (83 to 169 tok/s), the best 32% above the next: measured on a busy
+    # machine, the order is the engine's, not the noise's.
+    body: dict[str, Any] = {"profiles": ["sweepy"], "vary": {"spec-tokens": [1, 3], "acceptance": [0.3, 0.9]},
+                            "benchmark": RANKED}  # fmt: skip
     runs = _runs(api)
     plan = api.client.post("/plans", json=body)
     assert plan.status_code == 200, plan.text
     p = plan.json()
-    combos = list(itertools.product([1, 2, 3], [0.3, 0.8]))
+    combos = list(itertools.product([1, 3], [0.3, 0.9]))
     names = [f"sweepy~spec-tokens={k},acceptance={a}" for k, a in combos]
     assert sorted(s["profile"] for s in p["steps"]) == sorted(["sweepy", *names])
     assert p["steps"][0]["profile"] == "sweepy"
-    assert p["switches"] == 8  # 7 steps from baseline, and back
+    assert p["switches"] == 6  # 5 steps from baseline, and back
     assert any("restarts the engine" in n for n in p["notes"]), p["notes"]
     assert _runs(api) == runs  # a plan starts nothing
 
@@ -79,13 +84,13 @@ def test_a_sweep_ranks_its_variants_as_the_engine_runs_them_and_promotes_the_bes
     for x, y in itertools.permutations(zip(names, combos, strict=True), 2):
         if expected(*x[1]) > 1.1 * expected(*y[1]):
             assert rows[x[0]]["value"] > rows[y[0]]["value"], (x, y)
-    best = "sweepy~spec-tokens=3,acceptance=0.8"
+    best = "sweepy~spec-tokens=3,acceptance=0.9"
     assert sweep["best"] == best
     assert rows[best]["best"] is True
-    # The ratio the engine's rates give (155 / 128 tok/s), as measured on a busy machine: within 10%.
+    # The ratio the engine's rates give (169 / 128 tok/s), as measured on a busy machine: within 10%.
     ratio = re.match(rf"{re.escape(best)}: ([0-9.]+)x sweepy on ", sweep["recommendation"])
     assert ratio is not None, sweep["recommendation"]
-    assert float(ratio.group(1)) == pytest.approx(expected(3, 0.8) / expected(3, 0.6), rel=0.1)
+    assert float(ratio.group(1)) == pytest.approx(expected(3, 0.9) / expected(3, 0.6), rel=0.1)
     assert "noise band ±5% (noise assumed: use repeats)" in sweep["recommendation"]
     assert sweep["promote"] == f"k25-ctl promote {exp_id} '{best}'"
     said = [e["detail"] or "" for e in api.run(exp_id)["events"]]
@@ -103,15 +108,15 @@ def test_a_sweep_ranks_its_variants_as_the_engine_runs_them_and_promotes_the_bes
     assert f"* {best}" in table.stdout
     promoted = _cli(sandbox, "promote", str(exp_id), best)
     assert promoted.returncode == 0, promoted.stdout + promoted.stderr
-    new = folder / "sweepy-spec-tokens3-acceptance0-8.toml"
+    new = folder / "sweepy-spec-tokens3-acceptance0-9.toml"
     assert f"wrote {new}" in promoted.stdout
     text = new.read_text()
-    assert '"--spec-tokens", "3", "--acceptance", "0.8"' in text
+    assert '"--spec-tokens", "3", "--acceptance", "0.9"' in text
     assert text.startswith(f"# Promoted by k25-ctl from experiment {exp_id}, variant {best}")
     check = subprocess.run([sys.executable, "-m", "daemon.cli", "check-profiles", "--dir", str(folder)],
                            capture_output=True, text=True, check=False)  # fmt: skip
     assert check.returncode == 0, check.stdout
-    assert "ok       sweepy-spec-tokens3-acceptance0-8" in check.stdout
+    assert "ok       sweepy-spec-tokens3-acceptance0-9" in check.stdout
     again = _cli(sandbox, "promote", str(exp_id), best)
     assert again.returncode != 0
     assert "exists: never overwritten" in again.stdout + again.stderr
