@@ -124,14 +124,17 @@ fingerprint() {
 }
 
 # The only step that needs the package index, done in a scratch folder before anything else: every
-# package k25-ctl needs, as wheels (a throwaway pip; the checkout is built from a copy, left untouched).
+# package k25-ctl needs, and pip, as wheels (the checkout is built from a copy, left untouched). The pip
+# that does it lives in a throwaway venv, upgraded first: the interpreter's bundled pip can be years old
+# (Python 3.11's is 23.x), and resolves this tree in 16 s of CPU where a current one takes 6 s.
 fetch_packages() {
   WORK=$(mktemp -d /tmp/k25-install.XXXXXX)
   mkdir "$WORK/src"
   cp -r "$SRC/daemon" "$SRC/migrations" "$SRC/units" "$SRC/pyproject.toml" "$SRC/README.md" "$WORK/src/"
   say "fetching k25-ctl's packages (pip wheel; the package index must answer)"
-  if ! { "$py" -m venv "$WORK/pip" && "$WORK/pip/bin/python" -m pip wheel -q --disable-pip-version-check \
-    -w "$WORK/wheels" "$WORK/src"; } >"$WORK/pip.log" 2>&1; then
+  local pip=("$WORK/pip/bin/python" -m pip -q --disable-pip-version-check)
+  if ! { "$py" -m venv "$WORK/pip" && "${pip[@]}" install --upgrade pip &&
+    "${pip[@]}" wheel -w "$WORK/wheels" "$WORK/src" pip; } >"$WORK/pip.log" 2>&1; then
     die "cannot get k25-ctl's packages from the package index; pip said:\n$(tail -n 4 "$WORK/pip.log")\n" \
       "What to do: check this host's network and proxy (https_proxy) and pip's index settings\n" \
       "('$py -m pip config list', PIP_INDEX_URL), then run install.sh again. Nothing was changed."
@@ -204,7 +207,8 @@ install_venv() {
   local what="install k25-ctl into $PREFIX/venv"
   [ ! -x "$K25" ] || what="upgrade $PREFIX/venv (was $("$PREFIX/venv/bin/python" -I -c \
     'import importlib.metadata as m; print(m.version("k25-ctl"))' 2>/dev/null || echo unknown))"
-  [ -x "$PREFIX/venv/bin/python" ] || act "python venv $PREFIX/venv ($py)" "$py" -m venv "$PREFIX/venv"
+  # Without ensurepip's pip and setuptools (6 s of CPU): the current pip comes with the packages.
+  [ -x "$PREFIX/venv/bin/python" ] || act "python venv $PREFIX/venv ($py)" "$py" -m venv --without-pip "$PREFIX/venv"
   act "$what" pip_install
   # An older install.sh copied the sources into the prefix; the venv holds them now.
   local old
@@ -217,11 +221,12 @@ install_venv() {
 
 stamp() { printf '%s\n' "$SOURCE" >"$PREFIX/$STAMP"; }
 
+# The fetched wheels only, by the throwaway pip into the venv's interpreter (pip --python).
 pip_install() {
-  local wheel pip=("$PREFIX/venv/bin/python" -m pip install -q --disable-pip-version-check --no-index
-    --find-links "$WORK/wheels")
+  local wheel pip=("$WORK/pip/bin/python" -m pip --python "$PREFIX/venv/bin/python" install -q
+    --disable-pip-version-check --no-index --find-links "$WORK/wheels")
   wheel=$(ls "$WORK"/wheels/k25_ctl-*.whl)
-  "${pip[@]}" --upgrade "$wheel"
+  "${pip[@]}" --upgrade "$wheel" pip
   "${pip[@]}" --no-deps --force-reinstall "$wheel" # the same version number, newer code
 }
 
