@@ -124,6 +124,20 @@ class Api:
                 raise AssertionError(f"run {run_id} ends: not within {within_s}s")
             time.sleep(max(0.0, opened + every_s - time.monotonic()))
 
+    def stream_rate(self, run_ids: list[int]) -> float:
+        """The median over these benchmarks' requests of output tokens over the request's own time (sent
+        to last token): the engine's pace. A stall of this busy machine (a real vLLM starting on another
+        worker) slows one request, or the gap between two (which a throughput counts); the median of the
+        requests does not see it."""
+        import statistics
+
+        rates: list[float] = []
+        for run_id in run_ids:
+            bench = self.client.get(f"/benchmarks/{run_id}", params={"requests": True}).json()
+            rates += [r["out"] / r["e2el"] for r in bench["levels"][0]["requests"] if r["status"] == "ok"]
+        assert rates, run_ids
+        return statistics.median(rates)
+
     def wait_until(self, predicate: Any, *, within_s: float = 60, what: str = "condition") -> Any:
         # The daemon may be restarting: any error counts as "not yet".
         return eventually_sync(predicate, what=what, within_s=within_s, tolerate=(Exception,))
