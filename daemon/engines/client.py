@@ -50,9 +50,17 @@ class EnginePort(Protocol):
     async def aclose(self) -> None: ...
 
 
+# vLLM (VLLM_HTTP_TIMEOUT_KEEP_ALIVE) and SGLang (uvicorn's default) close a keep-alive connection idle for
+# 5 s, and httpx keeps one for 5 s too: a call sent just as the engine closes it gets no answer at all (a
+# wake read as "POST /wake_up answered nothing" and started cold). Idle connections go well before that.
+IDLE_CONNECTION_S = 2.0
+
+
 class Prober:
     def __init__(self, client: httpx.AsyncClient | None = None) -> None:
-        self._client = client or httpx.AsyncClient(timeout=httpx.Timeout(10.0, connect=2.0))
+        self._client = client or httpx.AsyncClient(
+            timeout=httpx.Timeout(10.0, connect=2.0), limits=httpx.Limits(keepalive_expiry=IDLE_CONNECTION_S)
+        )
 
     async def aclose(self) -> None:
         await self._client.aclose()
