@@ -3,8 +3,9 @@ every completion request to k25-ctl's capture sink (the README's snippet). A cli
 mixed categories (five in six are code) through nginx: every answer is complete; the capture holds the
 sample rate's share with each request's own parameters and category, and no header; nothing captured is
 in an anonymous read, /runs or the journal. Then the verdict flips because of the data: the speculative
-profile (its drafter accepts 0.7 on code, 0.1 on chat; a draft costs 0.3 of a step) is slower than baseline
-on the built-in prompts and faster on the captured, code-heavy traffic; per category both say the same."""
+profile (its drafter accepts 0.9 on code, nothing on chat; a draft costs 0.18 of a step) is slower than
+baseline on the built-in prompts and faster on the captured, code-heavy traffic; per category both say the
+same."""
 
 from __future__ import annotations
 
@@ -40,7 +41,12 @@ CHAT = [
     f"Tell me a short story about a {MARK} that learns to sing",
     f"What should I pack for a weekend of hiking near the {MARK} lake",
 ]
-SPEC = {"concurrency": [8], "num_prompts": 96, "max_tokens": 48, "warmups": 1}
+# Nominal speed-ups (k = 5: a step of 1 + 5 x 0.18 = 1.9 token times emits 5.5 tokens on code, 1 on chat):
+# 2.89x on code, 0.53x on chat; on the built-in prompts (one in four is code) 0.64x measured, on the
+# captured traffic (five in six) 1.55x. Either verdict holds while a stall of this busy machine (a real
+# vLLM starting beside the test) takes up to ~25% of one profile's benchmark. The drafter before (0.7 on
+# code, 0.1 on chat, a draft cost of 0.3: 1.24x and 0.78x) lost its "faster" to a stall of ~15% in CI.
+SPEC = {"concurrency": [8], "num_prompts": 96, "max_tokens": 64, "warmups": 1}
 
 
 @pytest.fixture(scope="module")
@@ -57,8 +63,8 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[sbx.Sandbox
         models=models,
         load_seconds=1.0,
         rate=82.5,  # the baseline's token rate: drafting alone makes the difference
-        spec={"k": 3, "acceptance": 0.1},
-        engine_args=("--topic-acceptance", "code=0.7,chat=0.1", "--draft-cost", "0.3"),
+        spec={"k": 5, "acceptance": 0.0},
+        engine_args=("--topic-acceptance", "code=0.9,chat=0.0", "--draft-cost", "0.18"),
     )
     (folder / "eagle-topics.toml").write_text(text)
     service = free_port()
@@ -176,7 +182,7 @@ def test_captured_traffic_flips_the_verdict(host: tuple[sbx.SandboxInfo, int], t
     for rows_ in (builtin, captured):
         cats = rows_["eagle-topics"]["categories"]
         assert cats["code"]["verdict"] == "faster", cats
-        assert cats["code"]["acceptance_length"] > 2.5  # 1 + 3 x 0.7
+        assert cats["code"]["acceptance_length"] > 5.0  # 1 + 5 x 0.9
     assert builtin["eagle-topics"]["categories"]["chat"]["verdict"] == "slower"
     assert captured["eagle-topics"]["categories"]["chat"]["verdict"] == "slower"
     assert "on code" in captured["eagle-topics"]["per_category"]
@@ -199,7 +205,7 @@ def test_captured_traffic_flips_the_verdict(host: tuple[sbx.SandboxInfo, int], t
     # with its line named.
     table = _cli(info, "compare", "--spec", bench["spec_hash"])
     assert table.returncode == 0, table.stderr
-    assert re.search(r"^eagle-topics: 1\.\d\dx on code, 0\.\d\dx on chat$", table.stdout, re.M), table.stdout
+    assert re.search(r"^eagle-topics: \d\.\d\dx on code, 0\.\d\dx on chat$", table.stdout, re.M), table.stdout
     assert MARK not in table.stdout
     status = _cli(info, "capture", "status")
     assert f"kept      {counts['kept']} request(s)" in status.stdout, status.stdout

@@ -34,6 +34,7 @@ pytestmark = pytest.mark.skipif(
 )
 SPEC = {"concurrency": [2], "num_prompts": 6, "max_tokens": 48, "warmups": 0}
 GATE = json.dumps({"k25_gate_benchmark": SPEC})  # the rollout's gate: a short benchmark
+RELATIVE = {"concurrency": [4], "num_prompts": 24, "max_tokens": 64, "warmups": 0}  # ~4.7 s at 82.5 tok/s
 
 
 @dataclass
@@ -193,9 +194,11 @@ def test_the_fleet_ab_judges_each_host_on_itself(fleet: list[Member], inventory:
 
 
 def test_a_host_that_came_back_slower_is_found(fleet: list[Member], tmp_path: Path) -> None:
-    """Each host benchmarks the baseline (its normal); host 3's engine then runs 20% slower (as a
+    """Each host benchmarks the baseline (its normal); host 3's engine then runs at half its rate (as a
     throttling GPU would make it), and each host benchmarks once more: Prometheus's K25HostSlower fires
-    for host 3 only, and the dashboard's ranking puts it first. The hosts work at once, each on its own."""
+    for host 3 only, and the dashboard's ranking puts it first. The hosts work at once, each on its own.
+    The benchmarks run ~5 s (RELATIVE): the alert's threshold (0.90) leaves hosts 1 and 2 a 10% margin,
+    which a stall of this busy machine at a 1.7 s benchmark's end (the gate's SPEC) could take."""
     h3 = fleet[2]
 
     def normal(m: Member) -> None:
@@ -207,7 +210,7 @@ def test_a_host_that_came_back_slower_is_found(fleet: list[Member], tmp_path: Pa
     path = h3.profiles_d / "baseline.toml"
     text = path.read_text()
     rate = float(re.search(r'"--rate", "([0-9.]+)"', text).group(1))  # type: ignore[union-attr]
-    path.write_text(text.replace(f'"--rate", "{rate}"', f'"--rate", "{rate * 0.8:g}"'))
+    path.write_text(text.replace(f'"--rate", "{rate}"', f'"--rate", "{rate * 0.5:g}"'))
     assert h3.api.client.post("/profiles/reload").status_code == 200
     h3.api.activate("baseline", force=True)
     with ThreadPoolExecutor(3) as pool:
@@ -219,7 +222,7 @@ def test_a_host_that_came_back_slower_is_found(fleet: list[Member], tmp_path: Pa
             )
         )
     print(f"relative throughput: {ratios}")
-    assert ratios["h3"] < 0.85, ratios
+    assert ratios["h3"] < 0.7, ratios
     assert all(0.9 <= ratios[m.name] <= 1.1 for m in fleet[:2]), ratios
     with prometheus(tmp_path, [m.info.url for m in fleet]) as prom:
 
@@ -236,7 +239,7 @@ def test_a_host_that_came_back_slower_is_found(fleet: list[Member], tmp_path: Pa
 
 
 def _bench(m: Member) -> Any:
-    r = m.api.client.post("/benchmarks", json=SPEC)
+    r = m.api.client.post("/benchmarks", json=RELATIVE)
     assert r.status_code == 202, r.text
     assert m.api.wait_run(r.json()["run_id"])["outcome"] == "ok"
     return m.api.client.get(f"/benchmarks/{r.json()['run_id']}").json()
