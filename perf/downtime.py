@@ -11,6 +11,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -25,8 +26,9 @@ def _client(info: sbx.SandboxInfo) -> httpx.Client:
     return httpx.Client(base_url=info.url, timeout=300, headers={"Authorization": f"Bearer {info.token}"})
 
 
-def _activate(c: httpx.Client, name: str, drain: bool) -> dict:
-    return c.post(f"/profiles/{name}/activate", params={"wait": True, "drain": drain}).json()
+def _activate(c: httpx.Client, name: str, drain: bool) -> dict[str, Any]:
+    run: dict[str, Any] = c.post(f"/profiles/{name}/activate", params={"wait": True, "drain": drain}).json()
+    return run
 
 
 def _until_serving(proxy: Haproxy, name: str, within_s: float = 60, *, traffic: bool = True) -> None:
@@ -40,11 +42,11 @@ def _until_serving(proxy: Haproxy, name: str, within_s: float = 60, *, traffic: 
     raise SystemExit(f"{name} did not come back into rotation")
 
 
-def _pct(xs: list[float], q: float) -> float:
+def _pct(xs: list[float], q: int) -> float:
     return statistics.quantiles(xs, n=100, method="inclusive")[q - 1] if len(xs) >= 2 else (xs or [0.0])[0]
 
 
-def _round(c: httpx.Client, proxy: Haproxy, load: Load, drain: bool) -> dict:
+def _round(c: httpx.Client, proxy: Haproxy, load: Load, drain: bool) -> dict[str, Any]:
     began, first = time.monotonic(), load.count()
     runs = [_activate(c, "vllm-eagle3", drain)]
     _until_serving(proxy, "a")

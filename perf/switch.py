@@ -8,6 +8,7 @@ import argparse
 import sys
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -18,7 +19,7 @@ from daemon.sandbox import sandbox as sbx
 PHASES = ("stop", "teardown", "start", "loading", "probing")
 
 
-def phase_times(run: dict) -> dict[str, float]:
+def phase_times(run: dict[str, Any]) -> dict[str, float]:
     """Seconds from each phase's first event to the next phase's first event."""
     firsts: list[tuple[str, datetime]] = []
     for e in run["events"]:

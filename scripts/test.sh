@@ -18,7 +18,7 @@ export MYPY_CACHE_DIR
 checks=$(mktemp)
 trap 'rm -f "$checks"' EXIT
 (
-  .venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy --strict daemon tests
+  .venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy --strict daemon tests perf
 ) >"$checks" 2>&1 &
 lint=$!
 set +e
