@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -129,8 +130,6 @@ class Api:
         to last token): the engine's pace. A stall of this busy machine (a real vLLM starting on another
         worker) slows one request, or the gap between two (which a throughput counts); the median of the
         requests does not see it."""
-        import statistics
-
         rates: list[float] = []
         for run_id in run_ids:
             bench = self.client.get(f"/benchmarks/{run_id}", params={"requests": True}).json()
