@@ -25,7 +25,8 @@ class Relative:
 
 
 class RelativeThroughput:
-    """Ratios for the API (one benchmark) and the exporter (each profile's newest, kept until a save)."""
+    """Ratios for the API (one benchmark) and the exporter (each profile's newest, kept until a benchmark
+    is saved or its run ends)."""
 
     def __init__(self, store: BenchStore) -> None:
         self.store = store
@@ -44,8 +45,8 @@ class RelativeThroughput:
 
     def newest(self) -> dict[str, Relative]:
         """Each profile's newest benchmark against the host's normal (profiles with one benchmark: none)."""
-        if self._newest is None or self._newest[0] != self.store.saves:
-            saves = self.store.saves
+        if self._newest is None or self._newest[0] != self.store.changes:
+            changes = self.store.changes
             found = {b.profile: r for b in self.store.newest_each() if (r := self.of(b)) is not None}
-            self._newest = (saves, found)
+            self._newest = (changes, found)
         return dict(self._newest[1])

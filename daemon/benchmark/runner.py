@@ -97,6 +97,7 @@ class BenchmarkRunner:
             run_id, spec, target, provenance, bench.out, (experiment_run_id, repeat, prompts.hash)
         )
         await self.recorder.finish(run_id, outcome, error=error, detail=_describe(bench.out) or None)
+        self.bench_store.changed()  # ended ok or not: the newest figures may be this benchmark's now
         return outcome
 
     async def _store(

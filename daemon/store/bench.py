@@ -73,7 +73,7 @@ class BenchStore:
     def __init__(self, store: Store) -> None:
         self.store = store
         self._throughput: dict[str, float] | None = None  # newest_throughput's answer until the next save
-        self.saves = 0  # a reader's cache of benchmark figures holds until this changes
+        self.changes = 0  # a reader's cache of benchmark figures holds until this changes
 
     def save(self, bench: Benchmark, levels: list[LevelRow]) -> int:
         """The benchmark and all its levels in one transaction."""
@@ -92,9 +92,14 @@ class BenchStore:
                     )
                 )
             s.commit()
-            self._throughput = None
-            self.saves += 1
+            self.changed()
             return bench.id or 0
+
+    def changed(self) -> None:
+        """Readers' caches are stale: a benchmark was saved, or its run ended (what it ended with decides
+        whether it counts: the runner saves before the end, so that whoever waits for the end finds it)."""
+        self._throughput = None
+        self.changes += 1
 
     def get(self, *, run_id: int, requests: bool = False) -> BenchmarkView | None:
         """One benchmark; its levels' request rows are read only when asked for."""

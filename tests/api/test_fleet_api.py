@@ -8,6 +8,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tests.api.conftest import Env, running_env, wait_run
 from tests.api.test_park import _activate, _parkable_baseline
 
@@ -102,6 +104,35 @@ async def test_each_benchmark_is_held_to_the_hosts_own_normal(env: Env) -> None:
     last = await wait_run(env, r.json()["run_id"])
     rel = (await env.client.get(f"/benchmarks/{last['id']}")).json()["relative"]
     assert rel["baseline_runs"] == 3
+    metrics = (await env.client.get("/metrics")).text
+    found = re.search(r'^k25_host_relative_throughput\{profile="baseline"\} (\S+)$', metrics, re.M)
+    assert found is not None, metrics
+    assert abs(float(found.group(1)) - rel["ratio"]) < 1e-9
+
+
+async def test_a_scrape_between_a_benchmarks_save_and_its_end_leaves_no_stale_ratio(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A benchmark is stored before its run ends ok (a reader that waits for the end finds it); a /metrics
+    scrape in between computes the ratios without it. The run's end makes them be computed again: the
+    gauge is the newest benchmark's, not the one before it until some later benchmark."""
+    await _activate(env, "baseline")
+    ctl = env.app.state.services.controllers.bench
+    save = ctl.bench_store.save
+    scraped: list[dict[str, float]] = []
+
+    def save_then_scrape(*args: Any) -> int:
+        saved: int = save(*args)
+        scraped.append({p: r.ratio for p, r in ctl.relative.newest().items()})  # the run still open
+        return saved
+
+    monkeypatch.setattr(ctl.bench_store, "save", save_then_scrape)
+    for _ in range(2):
+        r = await env.client.post("/benchmarks", json=SPEC, headers=env.auth)
+        assert r.status_code == 202, r.text
+        assert (await wait_run(env, r.json()["run_id"]))["outcome"] == "ok"
+    assert scraped == [{}, {}]  # at the second save, the first benchmark alone: the first of its kind
+    rel = (await env.client.get(f"/benchmarks/{r.json()['run_id']}")).json()["relative"]
     metrics = (await env.client.get("/metrics")).text
     found = re.search(r'^k25_host_relative_throughput\{profile="baseline"\} (\S+)$', metrics, re.M)
     assert found is not None, metrics
