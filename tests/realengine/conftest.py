@@ -20,6 +20,15 @@ CACHE = Path(os.environ.get("K25_REALENGINE_DIR", "/var/cache/k25-ctl/realengine
 NGRAM = {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4}
 
 
+def engine_env(kv_gib: int = 1) -> dict[str, str]:
+    """What every real vLLM here runs with: offline, and its caches beside the cached venv. TorchInductor's
+    too: a sandbox's own engine cache starts empty, and the CPU build then compiles the same six C++
+    kernels again at its first start (g++, ~15 s of CPU a run)."""
+    return {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
+            "VLLM_CPU_KVCACHE_SPACE": str(kv_gib), "VLLM_CACHE_ROOT": str(CACHE / "vllm-cache"),
+            "TORCHINDUCTOR_CACHE_DIR": str(CACHE / "torchinductor")}  # fmt: skip
+
+
 def real_profile(name: str, *, port: int, model: str, extra: tuple[str, ...] = (), kv_gib: int = 1) -> str:
     """An ordinary profile whose command is the real server (vLLM's CLI from the cached venv). -O0: no
     torch.compile, which this CPU build redoes at every start (its AOT cache fails to load: "'function'
@@ -28,8 +37,7 @@ def real_profile(name: str, *, port: int, model: str, extra: tuple[str, ...] = (
     command = [str(CACHE / "venv/bin/python"), str(CACHE / "vllm_launcher.py"), "serve", model, "--host",
                "127.0.0.1", "--port", str(port), "--served-model-name", "tiny", "--max-model-len", "1024",
                "--max-num-seqs", "8", "-O0", *extra]  # fmt: skip
-    env = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1",
-           "VLLM_CPU_KVCACHE_SPACE": str(kv_gib), "VLLM_CACHE_ROOT": str(CACHE / "vllm-cache")}  # fmt: skip
+    env = engine_env(kv_gib)
     lines = [
         f'description = "{name}: a real vLLM (CPU build, tiny model)"',
         'engine = "vllm"',

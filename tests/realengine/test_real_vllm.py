@@ -17,7 +17,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from daemon.sandbox import sandbox as sbx
-from tests.realengine.conftest import CACHE
+from tests.realengine.conftest import CACHE, engine_env
 from tests.sandboxing import Api, inside
 
 Real = tuple[sbx.SandboxInfo, Api]
@@ -202,8 +202,7 @@ def test_hand_started_server_on_a_profiles_port_is_a_victim(real: Real) -> None:
     port = _port(info, "port-target")
     argv = [str(CACHE / "venv/bin/python"), str(CACHE / "vllm_launcher.py"), "serve", str(CACHE / "model"),
             "--host", "127.0.0.1", "--port", str(port), "--served-model-name", "tiny", "--max-model-len", "1024"]  # fmt: skip
-    env = os.environ | {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1",
-                        "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CACHE_ROOT": str(CACHE / "vllm-cache")}  # fmt: skip
+    env = os.environ | engine_env()
     # Started by hand inside the sandbox (its PID namespace owns it), not by any unit.
     hand = subprocess.Popen(info.inside(argv), env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
