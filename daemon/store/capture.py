@@ -11,7 +11,7 @@ from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 
-from sqlalchemy import delete, func, text
+from sqlalchemy import delete, func
 from sqlmodel import col, select
 
 from daemon.store.models import Captured
@@ -169,14 +169,8 @@ class CaptureStore:
         """Delete every captured request, the freed pages overwritten (secure_delete) and the WAL emptied:
         the text is gone from the files, not only unlinked."""
         with self._lock:
-            with self.store.session() as s:
-                s.execute(text("PRAGMA secure_delete=ON"))
-                n = self._loaded().rows
-                s.execute(delete(Captured))
-                s.execute(text("PRAGMA secure_delete=OFF"))  # the pages freed above are zeroed already
-                s.commit()
-            with self.store.session() as s:
-                s.execute(text("PRAGMA wal_checkpoint(TRUNCATE)"))
+            n = self._loaded().rows
+            self.store.erase(delete(Captured))
             self._totals = Totals()
             return n
 

@@ -1,12 +1,12 @@
 """Datasets in the runs database: one row each (name, source, counts, hash, how output lengths are known)
-and their prompts in order. Deleting one deletes its prompts (secure_delete: the text is overwritten)."""
+and their prompts in order. Deleting one deletes its prompts; their text leaves the files (Store.erase)."""
 
 from __future__ import annotations
 
 import json
 from dataclasses import dataclass
 
-from sqlalchemy import delete, insert, text
+from sqlalchemy import delete, insert
 from sqlalchemy.exc import IntegrityError
 from sqlmodel import col, select
 
@@ -68,12 +68,10 @@ class DatasetStore:
     def delete(self, name: str) -> int:
         """Delete the dataset and its prompts, the freed pages overwritten; returns how many prompts."""
         head = self.get(name)
-        with self.store.session() as s:
-            s.execute(text("PRAGMA secure_delete=ON"))
-            s.execute(delete(DatasetPrompt).where(col(DatasetPrompt.dataset_id) == head.id))
-            s.execute(delete(Dataset).where(col(Dataset.id) == head.id))
-            s.execute(text("PRAGMA secure_delete=OFF"))
-            s.commit()
+        self.store.erase(
+            delete(DatasetPrompt).where(col(DatasetPrompt.dataset_id) == head.id),
+            delete(Dataset).where(col(Dataset.id) == head.id),
+        )
         return head.prompts
 
 

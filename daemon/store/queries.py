@@ -9,7 +9,7 @@ from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from sqlalchemy import Engine, func
+from sqlalchemy import Engine, Executable, func, text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlmodel import Session, col, select
 
@@ -73,6 +73,22 @@ class Store:
             if isinstance(e, OperationalError) and any(w in text for w in UNWRITABLE):
                 raise StoreUnwritable(f"the runs database cannot be written: {text}") from e
             raise StoreError(f"the runs database failed: {text}") from e
+
+    def erase(self, *statements: Executable) -> None:
+        """Run deletes of captured text so that the text leaves the files, not only the tables: the freed
+        pages overwritten (secure_delete), then the WAL checkpointed into the main file and truncated (the
+        zeroed pages sit in the WAL, the main file keeps the old ones until a checkpoint). The one path
+        for every delete of captured text: the capture's purge and a dataset's delete."""
+        with self.session() as s:
+            s.execute(text("PRAGMA secure_delete=ON"))
+            for statement in statements:
+                s.execute(statement)
+            s.execute(text("PRAGMA secure_delete=OFF"))  # per connection: the pooled one goes back as it was
+            s.commit()
+        with self.session() as s:
+            busy = s.execute(text("PRAGMA wal_checkpoint(TRUNCATE)")).one()[0]
+        if busy:  # a reader held an older snapshot past the busy timeout: the old pages are still there
+            raise StoreError("the deleted text is still in the database's files (a reader held the WAL)")
 
     @classmethod
     def open(cls, path: Path) -> Store:

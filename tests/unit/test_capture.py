@@ -133,3 +133,25 @@ def test_a_purge_leaves_no_captured_text_in_the_files(tmp_path: Path) -> None:
     for p in tmp_path.iterdir():
         if p.is_file():
             assert marker[:30].encode() not in p.read_bytes(), p.name
+
+
+def test_a_deleted_dataset_leaves_no_prompt_in_the_files(tmp_path: Path) -> None:
+    """The dataset delete keeps the purge's promise: the captured text leaves the database's files (the
+    main file and the WAL), read as bytes, not only the tables (issue 49: the WAL kept the zeroed pages
+    and the main file the old ones until a checkpoint)."""
+    from daemon.store.datasets import DatasetStore, NewPrompt
+    from daemon.store.models import Dataset
+
+    db = tmp_path / "k25.db"
+    store = Store.open(db)
+    datasets = DatasetStore(store)
+    marker = "def merge_0(a, b): " + "zebracorn-" * 40
+    body = json.dumps({"prompt": marker, "params": {}})
+    head = Dataset(name="prod", source="capture", prompts=30, categories="{}", sha256="x", lengths="none")
+    datasets.create(head, [NewPrompt("completions", body, "code", None, None) for _ in range(30)])
+    store.engine.dispose()  # a checkpoint on close: the prompts are in the main file too, as after a restart
+    assert marker.encode() in db.read_bytes()
+    assert DatasetStore(Store.open(db)).delete("prod") == 30
+    for p in tmp_path.iterdir():
+        if p.is_file():
+            assert marker[:30].encode() not in p.read_bytes(), p.name
