@@ -36,6 +36,7 @@ class Measured:
     experiment_run_id: int | None
     levels: list[VllmSummary]  # in level order
     provenance: StoredJson
+    round: int | None = None  # the experiment's round
 
 
 # What each level shows on the page's charts: its shape, throughput and median latencies.
@@ -86,6 +87,8 @@ class Row:
     judged: dict[str, Judged] = field(default_factory=dict)  # per-request metric -> its test against the base
     judged_text: dict[str, str] = field(default_factory=dict)  # the same, as "faster: 1.07x [1.04, 1.10]"
     categories: dict[str, CategoryRow] = field(default_factory=dict)
+    # run_ids by the experiment's round, in round order: the requests of one round share its conditions
+    rounds: list[list[int]] = field(default_factory=list)
 
     # "1.31x on code, 0.74x on chat": the categories judged on their own.
     per_category: str | None = None
@@ -114,6 +117,7 @@ def finished(views: Iterable[BenchmarkView]) -> list[Measured]:
             v.bench.experiment_run_id,
             v.summaries,
             v.provenance,
+            v.bench.round,
         )
         for v in views
         if v.run.outcome == Outcome.OK
@@ -158,6 +162,7 @@ def _row(profile: str, group: list[Measured]) -> Row:
     return Row(
         profile=profile,
         run_ids=[m.run_id for m in group],
+        rounds=_by_round(group),
         repeats=len(group),
         output_throughput=mean(thr),
         throughput_cv=cv(thr),
@@ -175,6 +180,14 @@ def _row(profile: str, group: list[Measured]) -> Row:
         predicted_length=predicted_below(s0),
         categories=_categories(first),
     )
+
+
+def _by_round(group: list[Measured]) -> list[list[int]]:
+    """The group's run ids per round, in round order (benchmarks outside rounds: one round)."""
+    rounds: dict[int, list[int]] = {}
+    for m in group:
+        rounds.setdefault(m.round or 0, []).append(m.run_id)
+    return [rounds[r] for r in sorted(rounds)]
 
 
 def _categories(first: list[VllmSummary]) -> dict[str, CategoryRow]:

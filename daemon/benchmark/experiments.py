@@ -284,6 +284,7 @@ class Experiments:
                 ex.prompts,
                 experiment_run_id=run_id,
                 repeat=step.round * req.repeats + rep,  # numbered through the rounds
+                in_round=step.round,
                 say=self._sayer(bid, f"benchmark run {bid}"),
             )
             task = slot.start(bid, inner)

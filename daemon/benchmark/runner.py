@@ -65,6 +65,7 @@ class BenchmarkRunner:
         *,
         experiment_run_id: int | None = None,
         repeat: int = 0,
+        in_round: int | None = None,
         say: Callable[[str], None] = lambda _: None,
     ) -> Outcome:
         """The whole benchmark; stored even when cancelled or failed (the levels it finished). `prompts`:
@@ -94,7 +95,7 @@ class BenchmarkRunner:
         if outcome is Outcome.OK and bench.out.problems:
             outcome, error = Outcome.FAILED, "; ".join(bench.out.problems)
         await self._store(
-            run_id, spec, target, provenance, bench.out, (experiment_run_id, repeat, prompts.hash)
+            run_id, spec, target, provenance, bench.out, (experiment_run_id, repeat, in_round, prompts.hash)
         )
         await self.recorder.finish(run_id, outcome, error=error, detail=_describe(bench.out) or None)
         self.bench_store.changed()  # ended ok or not: the newest figures may be this benchmark's now
@@ -107,9 +108,9 @@ class BenchmarkRunner:
         target: Target,
         provenance: StoredJson | None,
         out: Outcomes,
-        of: tuple[int | None, int, str],  # the experiment's run, the repeat, the prompts' hash
+        of: tuple[int | None, int, int | None, str],  # the experiment's run, repeat, round, prompts' hash
     ) -> None:
-        experiment_run_id, repeat, prompt_hash = of
+        experiment_run_id, repeat, in_round, prompt_hash = of
         first = out.levels[0].summary if out.levels else {}
         bench = Benchmark(
             run_id=run_id,
@@ -117,6 +118,7 @@ class BenchmarkRunner:
             serving_run_id=target.serving_run_id,
             experiment_run_id=experiment_run_id,
             repeat=repeat,
+            round=in_round,
             spec=spec.model_dump_json(),
             spec_hash=spec.digest(),
             prompt_hash=prompt_hash,

@@ -5,6 +5,12 @@ A difference is declared only where the 95% interval excludes 1, the U test agre
 same direction and it is at least MIN_EFFECT (1%): a false "faster" or "slower" in about 1 experiment of
 100 (a 95% interval alone: 1 in 20, which 200 simulated experiments showed as 11 of 200). The planner asks
 for the requests at that level. A throughput (a ratio of sums) is judged by its interval at 1 - 0.01.
+Rounds: requests of one round share its conditions (the host's load that minute, the engine's state), so they
+are not independent. With at least two rounds a side, the interval comes from the rounds' own figures (each
+round's mean, or its rate, on a log scale; Welch's t with its degrees of freedom) and a difference is
+declared where the (1 - ALPHA) interval excludes 1; the request-level U test would count one round's shared
+luck as many independent observations. With one round a side the interval covers request-to-request noise
+only, and says so (`scope`).
 Drift: a trend in one profile's own figures over the rounds of an experiment. Pure; no I/O, no clock."""
 
 from __future__ import annotations
@@ -41,17 +47,34 @@ class Judged:
     effect: float | None  # rank-biserial correlation of the profile's figures over the baseline's (-1..1)
     verdict: str  # faster | slower | no difference detected
     samples: tuple[int, int]  # (baseline, profile)
-    more_needed: int | None  # no difference: requests a side to tell apart a difference of `resolvable`
+    more_needed: int | None  # no difference: `unit`s a side to tell apart a difference of `resolvable`
     resolvable: float | None  # that difference (the larger of the observed one and MIN_EFFECT)
+    rounds: tuple[int, int] = (1, 1)  # each side's rounds
+    # what the interval covers: "requests" (one round a side: request-to-request noise only) or "rounds"
+    scope: str = "requests"
+
+    @property
+    def unit(self) -> str:
+        return "rounds" if self.scope == "rounds" else "requests"
+
+    @property
+    def within_margin(self) -> bool:
+        """The whole interval within ±MIN_EFFECT of 1: as good as equal."""
+        return 1.0 - MIN_EFFECT <= self.low and self.high <= 1.0 + MIN_EFFECT
 
     def text(self) -> str:
         interval = f"{self.ratio:.2f}x [{self.low:.2f}, {self.high:.2f}]"
         if self.verdict != "no difference detected":
             return f"{self.verdict}: {interval}"
-        if self.more_needed == 0:  # the interval is inside the margin: as good as equal
+        if self.within_margin:
             return f"no difference detected: {interval}, within ±{100 * MIN_EFFECT:.0f}%"
-        need = f" would need ~{self.more_needed} more requests" if self.more_needed else ""
+        if not self.more_needed:  # sure enough, but the interval reaches past the margin
+            return f"no difference detected: {interval}"
+        need = f" would need ~{self.more_needed} more {self.unit}"
         return f"no difference detected: ±{100 * (self.resolvable or 0):.1f}%{need}"
+
+
+Rounds = tuple[Sequence[int], Sequence[int]]  # each side's figures per round, in order (counts)
 
 
 def judge(
@@ -59,16 +82,26 @@ def judge(
     other: Sequence[float],
     *,
     lower_is_better: bool,
+    rounds: Rounds | None = None,
     confidence: float = CONFIDENCE,
     seed: int = 0,
 ) -> Judged | None:
     """The ratio of the means (a latency: the baseline's over the profile's). None with fewer than
-    MIN_SAMPLES figures on a side (or a mean of zero)."""
+    MIN_SAMPLES figures on a side (or a mean of zero). `rounds`: how the figures split into rounds."""
     import numpy as np  # here: scipy and numpy cost the daemon's start a second, and most runs judge nothing
 
     a, b = np.asarray(base, dtype=float), np.asarray(other, dtype=float)
     if min(a.size, b.size) < MIN_SAMPLES or a.mean() <= 0 or b.mean() <= 0:
         return None
+    if (split := _split(rounds, a.size, b.size)) is not None:
+        la = [float(np.log(x.mean())) for x in np.split(a, split[0])]
+        lb = [float(np.log(x.mean())) for x in np.split(b, split[1])]
+        return _between_rounds(
+            float(a.mean() / b.mean() if lower_is_better else b.mean() / a.mean()),
+            (lb, la) if lower_is_better else (la, lb),
+            (a.size, b.size),
+            confidence,
+        )
 
     def ratio(ia: NDArray[np.intp], ib: NDArray[np.intp]) -> NDArray[np.float64]:
         ma, mb = a[ia].mean(axis=-1), b[ib].mean(axis=-1)
@@ -82,6 +115,7 @@ def judge_rate(
     base: tuple[Sequence[float], Sequence[float]],
     other: tuple[Sequence[float], Sequence[float]],
     *,
+    rounds: Rounds | None = None,
     confidence: float = CONFIDENCE,
     seed: int = 0,
 ) -> Judged | None:
@@ -94,9 +128,16 @@ def judge_rate(
 
     (ta, sa), (tb, sb) = (tuple(np.asarray(x, dtype=float) for x in side) for side in (base, other))
     ok_a, ok_b = (ta > 0) & (sa > 0), (tb > 0) & (sb > 0)
+    split = _split(rounds, ta.size, tb.size)
     ta, sa, tb, sb = ta[ok_a], sa[ok_a], tb[ok_b], sb[ok_b]
     if min(ta.size, tb.size) < MIN_SAMPLES:
         return None
+    if split is not None:  # each round's rate: its tokens over its seconds (the empty requests left out)
+        la = [float(np.log(t.sum() / x.sum())) for t, x in _rounds_of(ok_a, split[0], ta, sa)]
+        lb = [float(np.log(t.sum() / x.sum())) for t, x in _rounds_of(ok_b, split[1], tb, sb)]
+        if len(la) >= 2 and len(lb) >= 2:
+            point = float(tb.sum() / sb.sum() / (ta.sum() / sa.sum()))
+            return _between_rounds(point, (la, lb), (ta.size, tb.size), confidence)
 
     def ratio(ia: NDArray[np.intp], ib: NDArray[np.intp]) -> NDArray[np.float64]:
         rate_a = ta[ia].sum(axis=-1) / sa[ia].sum(axis=-1)
@@ -166,6 +207,94 @@ def _judged(
         half = max((high - low) / 2.0, 1e-9)
         more = max(0, math.ceil(n * (half / resolvable) ** 2) - n)
     return Judged(point, low, high, p, effect, verdict, (na, nb), more, resolvable)
+
+
+def _split(rounds: Rounds | None, na: int, nb: int) -> tuple[list[int], list[int]] | None:
+    """Where each side's figures split into rounds (np.split's indices), when both sides have two rounds or
+    more and the counts add up; None otherwise (the request-level interval)."""
+    if rounds is None:
+        return None
+    ra, rb = ([n for n in side if n > 0] for side in rounds)
+    if min(len(ra), len(rb)) < 2 or (sum(ra), sum(rb)) != (na, nb):
+        return None
+    return ([sum(ra[: i + 1]) for i in range(len(ra) - 1)], [sum(rb[: i + 1]) for i in range(len(rb) - 1)])
+
+
+def _rounds_of(
+    ok: NDArray[np.bool_], cuts: list[int], *kept: NDArray[np.float64]
+) -> list[tuple[NDArray[np.float64], ...]]:
+    """The kept figures (those where `ok`) of each round that kept any, per round."""
+    import numpy as np
+
+    per_round = [int(x.sum()) for x in np.split(ok, cuts)]
+    edges = np.cumsum(per_round)[:-1].tolist()
+    parts = [np.split(k, edges) for k in kept]
+    return [tuple(p[i] for p in parts) for i, n in enumerate(per_round) if n > 0]
+
+
+def _between_rounds(
+    point: float,
+    logs: tuple[Sequence[float], Sequence[float]],  # (the worse-if-larger side, the better-if-larger side)
+    samples: tuple[int, int],
+    confidence: float,
+) -> Judged | None:
+    """The interval of `point` from the rounds' own figures (log scale): Welch's t over the two sides' round
+    figures, its degrees of freedom by Welch-Satterthwaite. A difference where the (1 - ALPHA) interval
+    excludes 1 and is at least MIN_EFFECT."""
+    from scipy import stats
+
+    (la, lb), (ka, kb) = logs, (len(logs[0]), len(logs[1]))
+    va, vb = (_variance(la) / ka, _variance(lb) / kb)
+    se = math.sqrt(va + vb)
+    if not se > 0 or point <= 0 or not math.isfinite(point):
+        return None  # every round alike: nothing to scale an interval by
+    df = (va + vb) ** 2 / (va**2 / (ka - 1) + vb**2 / (kb - 1))
+    center = math.log(point)
+
+    def interval(level: float) -> tuple[float, float]:
+        t = float(stats.t.ppf(0.5 + level / 2.0, df))
+        return math.exp(center - t * se), math.exp(center + t * se)
+
+    (low, high), strict = interval(confidence), interval(1.0 - ALPHA)
+    p = float(2.0 * stats.t.sf(abs(center) / se, df))
+    big = abs(point - 1.0) >= MIN_EFFECT
+    up, down = strict[0] > 1.0 and big, strict[1] < 1.0 and big
+    verdict = "faster" if up else "slower" if down else "no difference detected"
+    more, resolvable = None, None
+    if verdict == "no difference detected":
+        resolvable = max(abs(point - 1.0), MIN_EFFECT)
+        n = min(ka, kb)
+        more = max(0, math.ceil(n * (max((high - low) / 2.0, 1e-9) / resolvable) ** 2) - n)
+    return Judged(point, low, high, p, None, verdict, samples, more, resolvable, (ka, kb), "rounds")
+
+
+def _variance(xs: Sequence[float]) -> float:
+    m = sum(xs) / len(xs)
+    return sum((x - m) ** 2 for x in xs) / (len(xs) - 1)
+
+
+def rounds_for(
+    request_cv: float,
+    round_cv: float,
+    requests: int,
+    difference: float,
+    *,
+    power: float = 0.9,
+    alpha: float = ALPHA,
+) -> int:
+    """Rounds a side for a difference (relative) to be told apart with this power when each round has
+    `requests` requests of spread `request_cv` and rounds differ among themselves by `round_cv` (the shared
+    conditions): the smallest k with 2 (t_(1-alpha/2) + t_power)^2 (round_cv^2 + request_cv^2 / requests)
+    / k <= d^2, t on Welch's 2k - 2 degrees of freedom."""
+    from scipy import stats
+
+    per_round = round_cv**2 + request_cv**2 / requests
+    for k in range(2, 1000):
+        df = 2 * k - 2
+        z = float(stats.t.ppf(1.0 - alpha / 2.0, df) + stats.t.ppf(power, df))
+        if 2.0 * z**2 * per_round / k <= math.log1p(difference) ** 2:
+            return k
+    return 1000
 
 
 def requests_for(cv: float, difference: float, *, power: float = 0.9, alpha: float = ALPHA) -> int:

@@ -42,11 +42,23 @@ def samples_of(rows: Sequence[RequestRow]) -> Samples:
 
 
 def pooled(run_ids: Sequence[int], by_run: Mapping[int, Samples]) -> Samples:
+    return by_round([run_ids], by_run)[0]
+
+
+Sizes = dict[str, list[int]]  # metric -> its figures in each round
+
+
+def by_round(rounds: Sequence[Sequence[int]], by_run: Mapping[int, Samples]) -> tuple[Samples, Sizes]:
+    """The figures of the rounds' runs pooled, round after round, and how many each round gave."""
     out: Samples = {m: [] for m in FIGURES}
-    for rid in run_ids:
-        for m, xs in by_run.get(rid, {}).items():
-            out.setdefault(m, []).extend(xs)
-    return out
+    sizes: Sizes = {m: [] for m in FIGURES}
+    for run_ids in rounds:
+        for m in out:
+            before = len(out[m])
+            for rid in run_ids:
+                out[m].extend(by_run.get(rid, {}).get(m, []))
+            sizes[m].append(len(out[m]) - before)
+    return out, sizes
 
 
 @dataclass(frozen=True)
@@ -65,6 +77,10 @@ class DriftNote:
 
 
 Judgements = dict[str, stats.Judged]  # metric -> its judgement
+ONE_ROUND = (
+    "one round a side: the intervals cover request-to-request noise only, not what the requests of one "
+    "round share (the host's load that minute, the engine's state); --rounds 2 or more measures that too"
+)
 # The same benchmarks judged again (a page refreshing /compare) give the same answer: kept by run ids.
 Memo = dict[tuple[tuple[int, ...], tuple[int, ...]], Judgements]
 
@@ -74,31 +90,43 @@ def judge_rows(c: Comparison, by_run: Mapping[int, Samples], memo: Memo | None =
     base = next((r for r in c.rows if r.profile == c.baseline), None)
     if base is None:
         return
-    base_samples = pooled(base.run_ids, by_run)
+    base_samples = by_round(base.rounds or [base.run_ids], by_run)
+    scopes = set()
     for row in c.rows:
         if row is base:
             continue
         key = (tuple(sorted(base.run_ids)), tuple(sorted(row.run_ids)))
         judged = memo.get(key) if memo is not None else None
         if judged is None:
-            judged = _judge(base_samples, pooled(row.run_ids, by_run))
+            judged = _judge(base_samples, by_round(row.rounds or [row.run_ids], by_run))
             if memo is not None:
                 memo[key] = judged
         row.judged = judged
         row.judged_text = {metric: j.text() for metric, j in judged.items()}
         if (j := judged.get("throughput")) is not None:
             row.verdict, row.verdict_text = j.verdict, j.text()
+            scopes.add(j.scope)
+    if "requests" in scopes:
+        c.notes.append(ONE_ROUND)
     if (note := drift_of(base, by_run)) is not None:
         c.notes.append(note.text())
 
 
-def _judge(base: Samples, mine: Samples) -> Judgements:
+def _judge(base: tuple[Samples, Sizes], mine: tuple[Samples, Sizes]) -> Judgements:
+    (a, a_rounds), (b, b_rounds) = base, mine
     out = {}
-    rate = stats.judge_rate((base["tokens"], base["seconds"]), (mine["tokens"], mine["seconds"]))
+    rate = stats.judge_rate(
+        (a["tokens"], a["seconds"]),
+        (b["tokens"], b["seconds"]),
+        rounds=(a_rounds["tokens"], b_rounds["tokens"]),
+    )
     if rate is not None:
         out["throughput"] = rate
     for metric, lower in METRICS.items():
-        if (j := stats.judge(base.get(metric, []), mine.get(metric, []), lower_is_better=lower)) is not None:
+        rounds = (a_rounds.get(metric, []), b_rounds.get(metric, []))
+        if (
+            j := stats.judge(a.get(metric, []), b.get(metric, []), lower_is_better=lower, rounds=rounds)
+        ) is not None:
             out[metric] = j
     return out
 

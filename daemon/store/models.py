@@ -124,6 +124,7 @@ class Benchmark(SQLModel, table=True):
     serving_run_id: int | None = None  # plain id: the serving run may be pruned, the benchmark stays
     experiment_run_id: int | None = Field(default=None, index=True)
     repeat: int = 0
+    round: int | None = None  # the experiment's round (None: outside an experiment's rounds)
     spec: str  # JSON of the BenchmarkSpec
     spec_hash: str = Field(index=True)
     prompt_hash: str

@@ -154,6 +154,10 @@ async def test_an_experiment_in_rounds_alternates_and_judges_from_the_requests(e
     assert beta["repeats"] == 2  # its two rounds, pooled
     judged = beta["judged"]["throughput"]
     assert judged["samples"] == [24, 24]
+    # Each benchmark stored with its round: the interval is taken over the rounds (issue 49).
+    assert len(beta["rounds"]) == 2
+    assert (judged["scope"], judged["rounds"]) == ("rounds", [2, 2])
+    assert not any(n.startswith("one round a side") for n in exp["comparison"]["notes"])
     assert judged["verdict"] == beta["verdict"]
     assert beta["verdict"] in ("faster", "slower", "no difference detected")
     line = f"beta: {beta['verdict_text']}"

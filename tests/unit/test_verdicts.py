@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from daemon.benchmark.compare import Comparison, Row
-from daemon.benchmark.verdicts import Memo, Samples, judge_rows, samples_of, verdict_lines
+from daemon.benchmark.verdicts import ONE_ROUND, Memo, Samples, judge_rows, samples_of, verdict_lines
 from daemon.core.jsontypes import RequestRow
 
 
@@ -123,3 +123,21 @@ def test_the_same_benchmarks_are_judged_once() -> None:
     judge_rows(again, {}, memo)  # no figures read: the kept judgement
     assert again.rows[1].verdict_text == first.rows[1].verdict_text
     assert (first.rows[1].verdict or "") == "faster"
+
+
+def test_rounds_are_judged_over_rounds_and_one_round_says_what_its_interval_covers() -> None:
+    """Issue 49: a profile measured in rounds is judged over its rounds (each round its own conditions);
+    measured in one, its interval covers request-to-request noise only, and the comparison says so."""
+    rng = np.random.default_rng(3)
+    by_run = {i: _samples(rng, 50 * (1 + 0.02 * (i % 3)), 40) for i in range(1, 9)}
+    rounds = [_row("base", [1, 3, 5, 7]), _row("b", [2, 4, 6, 8])]
+    rounds[0].rounds, rounds[1].rounds = [[1], [3], [5], [7]], [[2], [4], [6], [8]]
+    c = Comparison("base", None, None, None, "m", rows=rounds)
+    judge_rows(c, by_run)
+    j = c.rows[1].judged["throughput"]
+    assert (j.scope, j.rounds, j.samples) == ("rounds", (4, 4), (160, 160))
+    assert ONE_ROUND not in c.notes
+    one = Comparison("base", None, None, None, "m", rows=[_row("base", [1, 3]), _row("b", [2, 4])])
+    judge_rows(one, by_run)
+    assert one.rows[1].judged["throughput"].scope == "requests"
+    assert ONE_ROUND in one.notes
