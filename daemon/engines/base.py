@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from daemon.core.jsontypes import RequestBody
 from daemon.core.profiles import ParkMode
+from daemon.engines.shell_words import carries, command_words
 
 # The safetensors loader's tqdm bar, printed by both engines' rank 0:
 # `{desc}: {percentage:3.0f}% Completed | {n}/{total} [...]`, with or without a `(Worker pid=..)` prefix.
@@ -234,13 +235,15 @@ class Engine(ABC):
             return [("park_expose_ok", why)]
         if profile.command is None:
             return []  # rendered: the flags are in the argv
-        missing = [flag for flag in self.park_flags(profile) if flag not in profile.command]
-        return [("command", self._lacks(profile, flag)) for flag in missing]
+        words, shell = command_words(profile.command)
+        missing = [flag for flag in self.park_flags(profile) if not carries(words, flag)]
+        return [("command", self._lacks(profile, flag, shell)) for flag in missing]
 
-    def _lacks(self, profile: Profile, flag: str) -> str:
+    def _lacks(self, profile: Profile, flag: str, shell: bool) -> str:
         why = self.park_flag_reasons.get(flag, "the engine needs it to park")
         mode = profile.park.value if profile.park else ""
-        return f"it parks (park = {mode!r}) but its command lacks {flag}: {why}"
+        where = "its argv and its shell's -c string" if shell else "its argv"
+        return f"it parks (park = {mode!r}) but its command lacks {flag} (searched {where} for it): {why}"
 
     def argv(self, profile: Profile) -> list[str]:
         """The command line the unit execs: the profile's `command` (with `{port}` replaced by the port it

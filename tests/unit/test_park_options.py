@@ -104,3 +104,26 @@ def test_a_command_that_parks_must_carry_the_engine_s_park_flags(tmp_path: Path)
     assert "--enable-memory-saver" not in why.split("lacks", 1)[1].split(":", 1)[0]
     assert "lacks --enable-sleep-mode" in invalid["nosleep"]
     assert {"both", "unparked"} <= set(valid)
+
+
+def test_a_command_that_wraps_the_engine_in_a_shell_carries_its_flags_inside(tmp_path: Path) -> None:
+    """Issue 49: `/bin/sh -c "... exec vllm serve ... --enable-sleep-mode"` (a venv sourced first) carries
+    the flag in its -c string; it was refused. Inside a shell's string the flag is found (shlex), also as
+    `--flag=value`; still missing, the message says where it was searched."""
+    vllm = BASE.format(engine="vllm", port="{port}") + 'park = "sleep"\n'
+    sglang = BASE.format(engine="sglang", port="{port}") + 'park = "release"\n'
+    wrapped = '"/bin/sh", "-c", ". /opt/venv/bin/activate && ulimit -n 65536 && exec vllm serve /m {flags}"'
+    valid, invalid = _load(
+        tmp_path,
+        shell=vllm + f"command = [{wrapped.format(flags='--enable-sleep-mode --port {port}')}]\n",
+        bash=sglang + 'command = ["bash", "-c", "exec python3 -m sglang.launch_server '
+        '--enable-memory-saver --enable-weights-cpu-backup=true"]\n',
+        noflag=vllm + f"command = [{wrapped.format(flags='--enable-sleeping')}]\n",
+        quoted=vllm + 'command = ["/bin/sh", "-c", "exec vllm serve \'/m --enable-sleep-mode\'"]\n',
+    )
+    assert {"shell", "bash"} <= set(valid), invalid
+    assert set(invalid) == {"noflag", "quoted"}, invalid
+    assert (
+        "lacks --enable-sleep-mode (searched its argv and its shell's -c string for it)" in invalid["noflag"]
+    )
+    assert "lacks --enable-sleep-mode" in invalid["quoted"]  # one quoted word: the engine sees no flag
