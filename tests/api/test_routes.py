@@ -92,11 +92,17 @@ async def test_busy_is_409_naming_the_run_and_cancel(env: Env) -> None:
     assert busy.status_code == 409
     assert f"run {run_id}" in busy.json()["detail"]
     assert (await c.post("/teardown", headers=env.auth)).status_code == 409
-    assert (await c.post("/runs/999/cancel", headers=env.auth)).status_code == 409  # not running
+    # A run that does not exist is 404, as GET /runs/ID answers (issue 49: it was 409 "not in progress").
+    for missing in (999999, 9223372036854775807):
+        gone = await c.post(f"/runs/{missing}/cancel", headers=env.auth)
+        assert (gone.status_code, gone.json()["detail"]) == (404, f"no run {missing}")
+        assert (await c.get(f"/runs/{missing}")).status_code == 404
     r = await c.post(f"/runs/{run_id}/cancel", headers=env.auth)
     assert r.status_code == 202
     run = await wait_run(env, run_id)
     assert run["outcome"] == "cancelled"
+    ended = await c.post(f"/runs/{run_id}/cancel", headers=env.auth)  # a run that ended: 409, not 404
+    assert (ended.status_code, ended.json()["detail"]) == (409, f"run {run_id} is not in progress")
     env.prober.gate.set()
 
 

@@ -20,7 +20,7 @@ from daemon.api.schemas import (
     TeardownReportOut,
 )
 from daemon.core import redact
-from daemon.core.errors import NotFound
+from daemon.core.errors import NotFound, WrongState
 from daemon.core.hoststate import StateHub
 from daemon.core.run_types import FINAL_OUTCOMES, RunEventJson
 from daemon.engines.load_stages import segments
@@ -37,7 +37,12 @@ class RunsController:
         self.watch = watch
 
     async def cancel(self, run_id: int) -> CancelOut:
-        self.jobs.cancel(run_id)
+        try:
+            self.jobs.cancel(run_id)
+        except WrongState:  # not a job: a run that ended (409), or none at all (404, as GET /runs/ID says)
+            if await asyncio.to_thread(self.store.get_run, run_id=run_id) is None:
+                raise NotFound(f"no run {run_id}") from None
+            raise
         return CancelOut(run_id=run_id, cancelling=True)
 
     async def run(self, run_id: int) -> RunOut:
