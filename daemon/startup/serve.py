@@ -9,11 +9,13 @@ import logging
 from types import FrameType
 
 import uvicorn
+from fastapi import FastAPI
 
 from daemon.api.http import SseGate
 from daemon.core.logs import setup_logging
 from daemon.startup import preflight
 from daemon.startup.app import create_app
+from daemon.startup.header_limit import HeadLimitedProtocol
 
 log = logging.getLogger("k25.start")
 
@@ -50,17 +52,21 @@ def serve() -> int:
         log.error("refusing to start: %s", e)
         return preflight.EXIT_CONFIG
     app = create_app(settings)
-    # log_config=None: uvicorn's own lines go through the daemon's journal-aware logging.
-    # Open event streams get 1 s after a stop before uvicorn cancels them: a restart never waits on a tab.
-    # httptools: the C parser (a mirror's 500 requests/s cost h11 half a core); the loop stays asyncio's.
-    config = uvicorn.Config(
+    _Server(uvicorn_config(app), app.state.sse).run(sockets=[sock])
+    return 0
+
+
+def uvicorn_config(app: FastAPI) -> uvicorn.Config:
+    """How the daemon's one uvicorn serves. log_config=None: uvicorn's own lines go through the daemon's
+    journal-aware logging. Open event streams get 1 s after a stop before uvicorn cancels them: a restart
+    never waits on a tab. httptools: the C parser (a mirror's 500 requests/s cost h11 half a core), with
+    the request's head capped (header_limit.py); the loop stays asyncio's."""
+    return uvicorn.Config(
         app,
-        http="httptools",
+        http=HeadLimitedProtocol,
         loop="asyncio",
         log_level="info",
         access_log=False,
         log_config=None,
         timeout_graceful_shutdown=1,
     )
-    _Server(config, app.state.sse).run(sockets=[sock])
-    return 0
