@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 import httpx
 
 from daemon.cli.client import ApiError, ApiJson
-from daemon.core.errors import K25Error
+from daemon.core.errors import HostTimeout, K25Error
 from daemon.core.profiles import PRIVATE_TMP_HINT, model_paths, under_private_tmp
 from daemon.core.settings import load_settings
 from daemon.engines import engine_for
@@ -87,7 +87,10 @@ def _cmd_sandbox(args: argparse.Namespace) -> int:
     else:
         info = sandbox.load(args.name)
     if args.action == "down":
-        sandbox.down(info)
+        try:
+            sandbox.down(info)
+        except HostTimeout as e:  # what is left is listed below, and the exit is non-zero
+            print(f"k25-ctl: {e}", file=sys.stderr)
         left = sandbox.leftovers(info)
         print(json.dumps({"down": info.name, "left": left}) if args.json else f"sandbox {info.name} down")
         return EXIT_OK if not left else EXIT_FAILED

@@ -16,6 +16,7 @@ from pathlib import Path
 from daemon.core.errors import HostTimeout
 
 KINDS = ("pid", "mnt")
+UNSHARE_EXIT_S = 10.0  # unshare reaps the sandbox's PID 1 and exits at once; this is for a stuck one
 
 
 def namespace_pids(pid_ns: str, mnt_ns: str) -> list[int]:
@@ -85,11 +86,40 @@ def kill_all(unshare_pid: int, init_pid: int | None, namespaces: tuple[str, str]
         _kill_and_wait([unshare_pid], 30)
     else:
         with pinned(init_pid, *namespaces) as ours:
+            # `unshare` (in the mount namespace, outside the PID one) is not killed: it waits for the
+            # sandbox's PID 1, reaps it, then exits. Killed with it, the PID 1 stayed a zombie until the
+            # host's init reaped it, seconds after down() had returned (issue 49).
+            unshare = _pidfd_in(unshare_pid, namespaces[1]) if ours else None
             deadline = time.monotonic() + 30
-            while ours and (pids := namespace_pids(*namespaces)):
+            while ours and (pids := [p for p in namespace_pids(*namespaces) if p != unshare_pid]):
                 _kill_and_wait(pids, max(0.0, deadline - time.monotonic()))
+            if unshare is not None:
+                _await_exit(unshare, UNSHARE_EXIT_S)
     with contextlib.suppress(ChildProcessError):
-        os.waitpid(unshare_pid, os.WNOHANG)
+        os.waitpid(unshare_pid, 0)  # ours when this process booted it (tests): reaped, it has exited
+
+
+def _pidfd_in(pid: int, mnt_ns: str) -> int | None:
+    """A pidfd of `pid` if it is alive in the (pinned) mount namespace: never a reused PID's process."""
+    fds = _pidfds([pid])
+    if not fds:
+        return None
+    with contextlib.suppress(OSError):
+        if str(Path(f"/proc/{pid}/ns/mnt").readlink()) == mnt_ns and not select.select(fds, [], [], 0)[0]:
+            return fds[0]
+    os.close(fds[0])
+    return None
+
+
+def _await_exit(pidfd: int, within_s: float) -> None:
+    """Wait for the process to exit by itself; past `within_s` it is killed and awaited. Closes the fd."""
+    try:
+        if not select.select([pidfd], [], [], within_s)[0]:
+            with contextlib.suppress(ProcessLookupError):
+                signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+            select.select([pidfd], [], [], 30)
+    finally:
+        os.close(pidfd)
 
 
 def _kill_and_wait(pids: list[int], within_s: float) -> None:

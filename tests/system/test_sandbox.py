@@ -53,8 +53,19 @@ def test_status_json_from_the_cli(sandbox: SandboxInfo) -> None:
 
 def test_two_sandboxes_at_once_and_down_leaves_nothing(sandbox: SandboxInfo, tmp_path: Path) -> None:
     write_fault_profiles(tmp_path / "profiles", tmp_path / "models")
-    up = [K25, "sandbox", "up", "--json", "--load-seconds", "0.5", "--profiles", str(tmp_path / "profiles"),
-          "--activate", "baseline"]  # fmt: skip
+    profiles = str(tmp_path / "profiles")
+    up = [
+        K25,
+        "sandbox",
+        "up",
+        "--json",
+        "--load-seconds",
+        "0.5",
+        "--profiles",
+        profiles,
+        "--activate",
+        "baseline",
+    ]
     r = subprocess.run(up, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     other = sbx.SandboxInfo(**{k: v for k, v in json.loads(r.stdout).items() if k != "alive"})
@@ -96,6 +107,10 @@ def _two_at_once(sandbox: SandboxInfo, other: SandboxInfo) -> None:
     )
     assert r.returncode == 0, r.stdout + r.stderr
     assert json.loads(r.stdout)["left"] == []
+    # Gone when `down` returned (issue 49): the sandbox's PID 1 reaped, not a zombie waiting for the host's
+    # init, and unshare (its parent, outside the PID namespace) exited.
+    assert not Path(f"/proc/{other.pid}").exists()
+    assert _state(other.unshare_pid) in (None, "Z")
     assert sbx.leftovers(other) == []
     assert not Path(other.dir).exists()
     # The first sandbox is untouched.
@@ -120,3 +135,10 @@ def test_a_down_of_a_gone_sandbox_touches_no_other(sandbox: SandboxInfo) -> None
     finally:
         sbx.down(second)
     assert sbx.leftovers(second) == []
+
+
+def _state(pid: int) -> str | None:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return None
