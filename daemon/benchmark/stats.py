@@ -15,6 +15,7 @@ Drift: a trend in one profile's own figures over the rounds of an experiment. Pu
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from collections.abc import Callable, Sequence
@@ -171,10 +172,10 @@ def _judged(
         warnings.simplefilter("ignore")
         data = (np.arange(na), np.arange(nb))
         rng = np.random.default_rng(seed)
-        found = stats.bootstrap(
-            data, statistic, vectorized=True, paired=False, confidence_level=confidence,
-            n_resamples=RESAMPLES, method="BCa", rng=rng,
-        )  # fmt: skip
+        bootstrap = functools.partial(
+            stats.bootstrap, data, statistic, vectorized=True, paired=False, method="BCa", rng=rng
+        )
+        found = bootstrap(confidence_level=confidence, n_resamples=RESAMPLES)
         interval = found.confidence_interval
         if ranked is not None:
             a, b = ranked
@@ -184,10 +185,9 @@ def _judged(
             strict = (float(interval.low), float(interval.high))
         else:  # the same resamples, the stricter level
             p, effect = None, None
-            wide = stats.bootstrap(
-                data, statistic, vectorized=True, paired=False, confidence_level=1.0 - ALPHA,
-                n_resamples=0, method="BCa", rng=rng, bootstrap_result=found,
-            ).confidence_interval  # fmt: skip
+            wide = bootstrap(
+                confidence_level=1.0 - ALPHA, n_resamples=0, bootstrap_result=found
+            ).confidence_interval
             strict = (float(wide.low), float(wide.high))
     low, high = float(interval.low), float(interval.high)
     if not all(math.isfinite(v) for v in (point, low, high, *strict, p if p is not None else 0.0)):

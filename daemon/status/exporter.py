@@ -79,14 +79,7 @@ class K25Collector:
             yield g
         yield from self._switch_cost()
         yield from self._loads(summary)
-        td = GaugeMetricFamily("k25_teardown_duration_seconds", "duration of the last teardown")
-        if summary.teardown_seconds is not None:
-            td.add_metric([], float(summary.teardown_seconds))
-        yield td
-        clean = GaugeMetricFamily("k25_teardown_clean", "1 when the last teardown verified the GPUs clean")
-        if summary.teardown_ok is not None:
-            clean.add_metric([], 1.0 if summary.teardown_ok else 0.0)
-        yield clean
+        yield from self._teardown(summary)
         bench = GaugeMetricFamily(
             "k25_benchmark_output_throughput",
             "newest benchmark's output tok/s (first level)",
@@ -105,6 +98,17 @@ class K25Collector:
         yield relative
         yield from self._serving()
         yield from self._gpus()
+
+    @staticmethod
+    def _teardown(summary: MetricsSummary) -> Iterator[Metric]:
+        td = GaugeMetricFamily("k25_teardown_duration_seconds", "duration of the last teardown")
+        if summary.teardown_seconds is not None:
+            td.add_metric([], float(summary.teardown_seconds))
+        yield td
+        clean = GaugeMetricFamily("k25_teardown_clean", "1 when the last teardown verified the GPUs clean")
+        if summary.teardown_ok is not None:
+            clean.add_metric([], 1.0 if summary.teardown_ok else 0.0)
+        yield clean
 
     def _gpus(self) -> Iterator[Metric]:
         """From the shared sample: a scrape never reads NVML itself."""

@@ -26,10 +26,10 @@ class SwitchPreview:
     state: str  # the host's state now
     switch: bool  # False: already active and healthy (the activate is a 200 no-op) or refused
     reason: str  # why it would or would not switch, in words
-    refused: str | None  # what the activate would be refused for now (busy, needs a reset)
-    away: str | None  # how the serving engine goes: "drain, then park" | "drain, then stop" | "stop"
-    start: str | None  # "wake" (it is parked) | "cold start"
-    estimate_s: float | None  # the profile's last successful switch, start to active
+    refused: str | None = None  # what the activate would be refused for now (busy, needs a reset)
+    away: str | None = None  # how the serving engine goes: "drain, then park" | "drain, then stop" | "stop"
+    start: str | None = None  # "wake" (it is parked) | "cold start"
+    estimate_s: float | None = None  # the profile's last successful switch, start to active
 
 
 class SwitchPreviewer:
@@ -50,19 +50,16 @@ class SwitchPreviewer:
             refused = f"the host needs a GPU reset or reboot: {st.reason}"
         if not force and await self.switcher.serves(lp):
             return SwitchPreview(
-                name, serving, st.state.value, False, f"{name} is already active and healthy",
-                None, None, None, None,
-            )  # fmt: skip
+                name, serving, st.state.value, False, f"{name} is already active and healthy"
+            )
         estimate = await asyncio.to_thread(
             self.typical, profile=name, kind=RunKind.SWITCH.value, outcome=Outcome.ACTIVE.value
         )
         start = "wake" if self.parking.get(name) is not None else "cold start"
         away = self._away(profiles.get(serving) if serving else None, force=force, drain=drain)
         reason = f"{serving or 'nothing'} serves now ({st.state.value}): {name} would {start}"
-        return SwitchPreview(
-            name, serving, st.state.value, refused is None, reason if refused is None else refused,
-            refused, away, start, estimate,
-        )  # fmt: skip
+        head = (name, serving, st.state.value, refused is None, reason if refused is None else refused)
+        return SwitchPreview(*head, refused=refused, away=away, start=start, estimate_s=estimate)
 
     @staticmethod
     def _away(current: LoadedProfile | None, *, force: bool, drain: bool) -> str | None:

@@ -149,10 +149,17 @@ def sweep_result(
         )
         if samples is not None and row is not base_row:
             _judge_requests(row, base_row, samples, metric)
+    _recommend(out, base_row, metric, f"{command} promote {run_id}")
+    return out
+
+
+def _recommend(out: SweepResult, base_row: SweepRow | None, metric: Metric, promote: str) -> None:
+    """The best variant marked, and what to do about it (`promote`: the command, less the variant)."""
+    base = out.base
     ranked = [r for r in out.rows if r.value is not None]
     if not ranked or base_row is None:
         out.notes.append("nothing measured: no best variant")
-        return out
+        return
     sign = 1.0 if metric.higher_better else -1.0
     best = max(ranked, key=lambda r: sign * (r.value or 0.0))
     best.best = True
@@ -161,7 +168,7 @@ def sweep_result(
         out.recommendation = f"keep {base}: no variant beat it on {metric.label}"
     elif best.verdict_text is not None:
         out.recommendation = f"{best.profile} against {base} on {metric.label}: {best.verdict_text}"
-        out.promote = f"{command} promote {run_id} '{best.profile}'"
+        out.promote = f"{promote} '{best.profile}'"
     elif best.ratio is not None and best.noise is not None:
         sure = "outside the noise" if best.verdict == "faster" else "within the noise: not a sure gain"
         assumed = " (noise assumed: use repeats)" if best.noise_assumed else ""
@@ -169,10 +176,9 @@ def sweep_result(
             f"{best.profile}: {best.ratio:.2f}x {base} on {metric.label}, "
             f"noise band ±{best.noise:.0%}{assumed}, {sure}"
         )
-        out.promote = f"{command} promote {run_id} '{best.profile}'"
+        out.promote = f"{promote} '{best.profile}'"
     if any(r.value is None for r in out.rows):
         out.notes.append("unmeasured: " + ", ".join(r.profile for r in out.rows if r.value is None))
-    return out
 
 
 def _judge_requests(row: SweepRow, base: SweepRow, samples: Mapping[int, Samples], metric: Metric) -> None:
