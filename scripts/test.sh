@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The test command: sets the machine up (scripts/setup.sh), then lint, types and the whole pytest suite.
+# The test command: sets the machine up (scripts/setup.sh), then lint, types, the manual (mkdocs --strict)
+# and the whole pytest suite.
 # pytest runs on K25_TEST_WORKERS workers (default 4; 0: one process) with --dist loadfile: each module
 # runs whole on one worker, so the tests that share a sandbox stay together; the modules are handed out in
 # tests/conftest.py's order, the longest first (--no-loadscope-reorder). Lint and types run beside the
@@ -18,7 +19,8 @@ export MYPY_CACHE_DIR
 checks=$(mktemp)
 trap 'rm -f "$checks"' EXIT
 (
-  .venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy --strict daemon tests perf
+  .venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy --strict daemon tests perf &&
+    NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 ) >"$checks" 2>&1 &
 lint=$!
 set +e
@@ -28,6 +30,6 @@ wait "$lint"
 lint_rc=$?
 set -e
 cat "$checks"
-[ "$lint_rc" -eq 0 ] || { echo "ruff or mypy failed ($lint_rc)" >&2; exit "$lint_rc"; }
+[ "$lint_rc" -eq 0 ] || { echo "ruff, mypy or mkdocs failed ($lint_rc)" >&2; exit "$lint_rc"; }
 # pytest's exit 5 (no test collected) is a failure, like any other non-zero exit.
 [ "$rc" -eq 0 ] || { echo "pytest exited $rc" >&2; exit "$rc"; }

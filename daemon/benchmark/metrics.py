@@ -1,8 +1,8 @@
 """What one streamed request measured, and the aggregates over a level, exactly as `vllm bench serve`
-defines them (shared/ENGINES.md, Benchmark definitions), plus ITL per token and per-stream decode rate.
+defines them (docs/engines.md, "Benchmark definitions"), plus ITL per token and per-stream decode rate.
 Pure: no I/O, no clock; times are seconds relative to the level's start.
 
-Decisions (documented in the README):
+Decisions (documented in docs/benchmarks.md):
 - TTFT is the first chunk that carries generated text. SGLang's (and vLLM chat's) empty role chunk is not a
   token and is ignored; on /v1/completions this is exactly vLLM's definition.
 - ITL pools every gap between consecutive chunks after the first token, text or not (vLLM: one sample per

@@ -250,7 +250,7 @@ EngineCheck = Callable[[Profile], list[tuple[str, str]]]
 PRIVATE_TMP = (Path("/tmp"), Path("/var/tmp"))  # noqa: S108 - the folders PrivateTmp= hides, compared
 PRIVATE_TMP_HINT = (
     "not visible to k25-ctl.service: PrivateTmp hides /tmp and /var/tmp; move the model or add a "
-    "BindReadOnlyPaths= drop-in (README: Install)"
+    "BindReadOnlyPaths= drop-in (docs/install.md)"
 )
 
 

@@ -1,7 +1,7 @@
 """The known answer: a small fixed set of greedy requests whose answer a healthy engine gives token for
 token, every time, in the same process with the same weights. A wake is proven by this answer, not by
 liveness: SGLang's release without a CPU backup and vLLM's level 2 without reload_weights both answer
-/health 200 and generate fluent-looking garbage (shared/ENGINES.md, Parking).
+/health 200 and generate fluent-looking garbage (docs/engines.md, "Parking: sleep, release, wake").
 
 The requests are OpenAI-shaped (both engines serve them); an engine adds what makes its answer exact
 (`Engine.answer_extras`: vLLM's token ids). 20 + 12 tokens, one after the other (a batch of one): at the

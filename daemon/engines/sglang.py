@@ -1,4 +1,4 @@
-"""SGLang: argv, readiness, metrics and log knowledge (shared/ENGINES.md)."""
+"""SGLang: argv, readiness, metrics and log knowledge (docs/engines.md, the SGLang sections)."""
 
 from __future__ import annotations
 

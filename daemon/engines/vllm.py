@@ -1,4 +1,4 @@
-"""vLLM (V1 engine): argv, readiness, metrics and log knowledge (shared/ENGINES.md)."""
+"""vLLM (V1 engine): argv, readiness, metrics and log knowledge (docs/engines.md, the vLLM sections)."""
 
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ class VllmEngine(Engine):
         ("TORCHINDUCTOR_CACHE_DIR", "torchinductor"),
         ("TRITON_CACHE_DIR", "triton"),
     )
-    # Durations vLLM prints (shared/ENGINES.md, a real 0.32 CPU log): "init engine" includes its compile
+    # Durations vLLM prints (docs/engines.md, "vLLM: start-up log lines"): "init engine" includes its compile
     # and graph capture; the CPU build prints "Loading weights took", the GPU build also "Model loading".
     stage_rules = (
         StageRule("weights", re.compile(r"Loading weights took (?P<secs>[\d.]+) seconds")),

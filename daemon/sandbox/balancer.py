@@ -1,6 +1,7 @@
 """A real HAProxy (Debian's) in front of sandbox hosts, for the drain test and perf/downtime.py: it checks
-each host's /ready as an operator's would (the README's snippet), and its stats socket says when it took a
-host out. And the clients' side: a load that keeps N requests in flight through it and keeps every answer."""
+each host's /ready as an operator's would (the manual's snippet, docs/load-balancer.md), and its stats
+socket says when it took a host out. And the clients' side: a load that keeps N requests in flight through
+it and keeps every answer."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A fake inference engine that speaks vLLM's or SGLang's real surface (shared/ENGINES.md): the loading
+"""A fake inference engine that speaks vLLM's or SGLang's real surface (docs/engines.md): the loading
 log, no HTTP while loading, the flavor's /health, OpenAI streaming at a set token rate, real metric names,
 processes titled like the real ones that map the fake GPU device files, engine-named shm files, and faults
 on demand. `python -m daemon.sandbox.fake_engine --flavor vllm|sglang --port P ...`"""

@@ -1,4 +1,4 @@
-"""The fake engine's parking, with the real engines' semantics (shared/ENGINES.md, Parking):
+"""The fake engine's parking, with the real engines' semantics (docs/engines.md, "Parking: sleep, ..."):
 - vLLM `/sleep?level=1` keeps a CPU copy of the weights; `level=2` discards them: a `/wake_up` brings the
   memory back but not its content until `POST /collective_rpc {"method": "reload_weights"}`; the wake can
   be split by `?tags=weights` / `?tags=kv_cache`.

@@ -1,7 +1,8 @@
 """A real nginx (Debian's) in front of a sandbox host, mirroring every completion request to k25-ctl's
 capture sink (ngx_http_mirror_module: the copy's answer is ignored, production never waits for it): the
-capture test and the README's snippet run this configuration. The category comes from a header the client
-sends (`X-App`), mapped by the balancer, as an operator would map a route or a virtual host."""
+capture test and the manual's snippet (docs/capture.md) run this configuration. The category comes from a
+header the client sends (`X-App`), mapped by the balancer, as an operator would map a route or a virtual
+host."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from pathlib import Path
 from daemon.core.errors import K25Error
 from daemon.sandbox.balancer import Proxy, foreground
 
-# What the README shows: the production location mirrors, the mirror location passes nothing of the
-# client's headers (no API key, no cookie) and sets the capture token, the Host the daemon accepts and the
-# category.
+# What the manual shows (docs/capture.md): the production location mirrors, the mirror location passes
+# nothing of the client's headers (no API key, no cookie) and sets the capture token, the Host the daemon
+# accepts and the category.
 MIRROR = """map $http_x_app $k25_category {{
     default chat;
     ide code;

@@ -1,6 +1,6 @@
 """Switches that clients do not feel, end to end: Debian's HAProxy in front of two sandbox hosts (each its
 own systemd, k25-ctl and fake engines, every profile on the host's service_port), health-checking /ready
-every second (fall 2, rise 1) as the README's snippet does. A client keeps 8 requests in flight through
+every second (fall 2, rise 1) as the manual's snippet does (docs/load-balancer.md). A client keeps 8 requests in flight through
 HAProxy while host A switches to another profile and back: no request fails, A's switches record their
 downtime and no request cut, and HAProxy took A out for each switch and back after."""
 

@@ -1,5 +1,5 @@
 """Verdicts on the operator's own traffic, end to end: Debian's nginx in front of a sandbox host mirrors
-every completion request to k25-ctl's capture sink (the README's snippet). A client sends 300 requests of
+every completion request to k25-ctl's capture sink (the manual's snippet, docs/capture.md). A client sends 300 requests of
 mixed categories (five in six are code) through nginx: every answer is complete; the capture holds the
 sample rate's share with each request's own parameters and category, and no header; nothing captured is
 in an anonymous read, /runs or the journal. Then the verdict flips because of the data: the speculative

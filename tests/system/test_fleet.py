@@ -84,7 +84,7 @@ def fleet() -> Iterator[list[Member]]:
 
 @pytest.fixture(scope="module")
 def inventory(fleet: list[Member], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The README's inventory, with each sandbox's daemon as a host's loopback API."""
+    """The manual's inventory (docs/fleet.md), with each sandbox's daemon as a host's loopback API."""
     path = tmp_path_factory.mktemp("inventory") / "hosts.ini"
     lines = ["[k25]"]
     for m in fleet:

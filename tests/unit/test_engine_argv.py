@@ -1,4 +1,4 @@
-"""Golden argv tests: the stock profiles render exactly the command lines of shared/ENGINES.md."""
+"""Golden argv tests: the stock profiles render exactly the command lines of docs/engines.md."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Load stages from the engines' real lines: a real vLLM 0.32 CPU server's log, GPU vLLM's lines as
-ENGINES.md quotes them, and SGLang's begin/end lines timed by the journal."""
+docs/engines.md quotes them, and SGLang's begin/end lines timed by the journal."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The README's load-balancer snippets are real: HAProxy's is the configuration the drain test runs (and
+"""The manual's load-balancer snippets (docs/load-balancer.md, docs/capture.md) are real: HAProxy's is the configuration the drain test runs (and
 `haproxy -c` accepts it), nginx's passes `nginx -t`, the Kubernetes probe parses and points at /ready."""
 
 from __future__ import annotations
@@ -16,11 +16,10 @@ from daemon.sandbox.mirror import MIRROR
 from tests.conftest import ROOT
 
 
-def _snippet(lang: str, heading: str = "## Behind a load balancer") -> str:
-    readme = (ROOT / "README.md").read_text()
-    section = readme[readme.index(heading) :]
+def _snippet(lang: str, page: str = "load-balancer.md") -> str:
+    section = (ROOT / "docs" / page).read_text()
     found = re.search(rf"```{lang}\n(.*?)```", section, re.S)
-    assert found is not None, f"no {lang} snippet in the README's load-balancer section"
+    assert found is not None, f"no {lang} snippet in docs/{page}"
     return found.group(1)
 
 
@@ -69,7 +68,7 @@ def test_the_kubernetes_probe_checks_ready() -> None:
 
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx: scripts/setup.sh installs it")
 def test_the_nginx_mirror_snippet_is_what_the_capture_test_runs(tmp_path: Path) -> None:
-    snippet = _snippet("nginx", "## Capture and replay")
+    snippet = _snippet("nginx", "capture.md")
     tested = MIRROR.format(port=8080, daemon_port=8025, token="CAPTURE_TOKEN").replace(
         "127.0.0.1:8080", "8080"
     )
