@@ -23,7 +23,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daemon.sandbox import sandbox as sbx
+from k25_sandbox import sandbox as sbx
 
 
 def pct(values: list[float], p: float) -> float:

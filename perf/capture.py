@@ -21,7 +21,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daemon.sandbox import sandbox as sbx
+from k25_sandbox import sandbox as sbx
 from perf.api_load import cpu_seconds, pct
 
 MAX_ROWS, MAX_BYTES = 20_000, 8 * 1024**2

@@ -37,7 +37,7 @@ def fake_engine(rate: float, spec_tokens: int = 0) -> Iterator[str]:
         shm.mkdir()
         (dev / "nvidia0").write_bytes(b"\0" * 4096)
         port = free_port()
-        cmd = [sys.executable, "-m", "daemon.sandbox.fake_engine", "--flavor", "vllm", "--port", str(port),
+        cmd = [sys.executable, "-m", "k25_sandbox.fake_engine", "--flavor", "vllm", "--port", str(port),
                "--rate", str(rate), "--load-seconds", "0", "--shards", "1", "--device-dir", str(dev),
                "--shm-dir", str(shm), "--workers", "1"]  # fmt: skip
         if spec_tokens:

@@ -17,9 +17,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.balancer import Answer, Haproxy, Host, Load, haproxy
-from daemon.sandbox.ports import free_port
+from k25_sandbox import sandbox as sbx
+from k25_sandbox.balancer import Answer, Haproxy, Host, Load, haproxy
+from k25_sandbox.ports import free_port
 
 
 def _client(info: sbx.SandboxInfo) -> httpx.Client:

@@ -20,7 +20,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daemon.sandbox import sandbox as sbx
+from k25_sandbox import sandbox as sbx
 from perf.watch import cpu_s, daemon_process
 
 PRODUCTION = {"watch_interval_s": "10", "stall_s": "120", "restart_backoff_s": "5"}

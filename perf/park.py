@@ -18,9 +18,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.layout import fake_engine_profile, make_models
-from daemon.sandbox.ports import free_port
+from k25_sandbox import sandbox as sbx
+from k25_sandbox.layout import fake_engine_profile, make_models
+from k25_sandbox.ports import free_port
 
 BENCH = {"concurrency": [1], "num_prompts": 2, "max_tokens": 16}
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import httpx
 
-from daemon.sandbox.ports import free_port
+from k25_sandbox.ports import free_port
 
 __all__ = ["free_port", "serving"]
 

@@ -17,9 +17,9 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daemon.sandbox import sandbox as sbx
+from k25_sandbox import sandbox as sbx
+from k25_sandbox.faults import inside, write_fault_profiles
 from perf.watch import daemon_process
-from tests.sandboxing import inside, write_fault_profiles
 
 GOOD = ("baseline", "vllm-eagle3", "sglang-eagle3")
 FAULTY = ("crashy", "late-crash", "stubborn", "leaky", "orphaner", "deadlocked")

@@ -14,7 +14,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daemon.sandbox import sandbox as sbx
+from k25_sandbox import sandbox as sbx
 
 PHASES = ("stop", "teardown", "start", "loading", "probing")
 

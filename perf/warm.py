@@ -24,8 +24,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from daemon.core.profiles import Profile
 from daemon.host.pagecache import PageCache, evict, mem_available
-from daemon.sandbox.fake_engine import _read_weights
 from daemon.warming.warmer import Warmer
+from k25_sandbox.fake_engine import _read_weights
 
 MIB = 2**20
 

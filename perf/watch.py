@@ -15,7 +15,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daemon.sandbox import sandbox as sbx
+from k25_sandbox import sandbox as sbx
 
 
 def daemon_process(info: sbx.SandboxInfo) -> psutil.Process:

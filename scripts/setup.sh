@@ -52,4 +52,6 @@ uv=$uv_home/bin/uv
 # all of it CPU: pip's resolver and its one-process byte-compiling). Byte-compiled at install, on every
 # core: with PYTHONDONTWRITEBYTECODE=1 (this machine's environment) Python never writes the .pyc it
 # compiles, and every daemon, engine and CLI process would compile what it imports again (CI 699 -> 778 s).
-"$uv" pip install -q --python .venv/bin/python --compile-bytecode -e '.[dev]'
+# The sandbox (fake engines, simulated GPUs: the tests' and the demo's) is its own distribution, sandbox/:
+# the daemon's wheel, what install.sh puts on a host, carries none of it.
+"$uv" pip install -q --python .venv/bin/python --compile-bytecode -e '.[dev]' -e ./sandbox

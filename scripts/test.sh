@@ -19,7 +19,7 @@ export MYPY_CACHE_DIR
 checks=$(mktemp)
 trap 'rm -f "$checks"' EXIT
 (
-  .venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy --strict daemon tests perf &&
+  .venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy --strict daemon sandbox/k25_sandbox tests perf &&
     NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
 ) >"$checks" 2>&1 &
 lint=$!

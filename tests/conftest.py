@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from daemon.sandbox.ports import REGISTRY_ENV
+from k25_sandbox.ports import REGISTRY_ENV
 
 if TYPE_CHECKING:
-    from daemon.sandbox.sandbox import SandboxInfo
+    from k25_sandbox.sandbox import SandboxInfo
     from tests.sandboxing import Api
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -109,7 +109,7 @@ def sandbox(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SandboxInfo]:
     """One sandbox for the session (system and web tests), with the fault profiles added."""
     import os
 
-    from daemon.sandbox import sandbox as sbx
+    from k25_sandbox import sandbox as sbx
     from tests.sandboxing import ROW_S, write_fault_profiles
 
     if os.geteuid() != 0:

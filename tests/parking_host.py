@@ -12,10 +12,10 @@ from typing import Any
 import pytest
 
 from daemon.core.command import k25_command
-from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.layout import fake_engine_profile, make_models
-from daemon.sandbox.ports import free_port
-from daemon.sandbox.rendered import rendered_profile, write_engine_shims
+from k25_sandbox import sandbox as sbx
+from k25_sandbox.layout import fake_engine_profile, make_models
+from k25_sandbox.ports import free_port
+from k25_sandbox.rendered import rendered_profile, write_engine_shims
 from tests.sandboxing import Api, inside
 
 BASELINE_UNIT = "vllm-kimi-k25-int4.service"

@@ -12,7 +12,7 @@ from typing import Any
 import httpx
 import pytest
 
-from daemon.sandbox.ports import free_port
+from k25_sandbox.ports import free_port
 from tests.conftest import ROOT
 from tests.waiting import eventually_sync
 

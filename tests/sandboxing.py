@@ -6,56 +6,17 @@ from __future__ import annotations
 import contextlib
 import json
 import statistics
-import subprocess
 import sys
 import time
-from pathlib import Path
 from typing import Any
 
-from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.layout import fake_engine_profile, make_models, make_weights
-from daemon.sandbox.ports import free_port
+from k25_sandbox import sandbox as sbx
+from k25_sandbox.faults import FAULT_PROFILES, WEIGHT_FILE_MIB, inside, write_fault_profiles
 from tests.waiting import eventually_sync
 
-# Extra profiles the system tests need: each fault the fake engine can show, on its own port.
-FAULT_PROFILES: dict[str, dict[str, Any]] = {
-    "crashy": {"flavor": "vllm", "faults": ("crash-loading",)},
-    "stubborn": {"flavor": "vllm", "faults": ("ignore-sigterm",)},
-    "orphaner": {"flavor": "sglang", "faults": ("orphan",)},
-    "leaky": {"flavor": "vllm", "faults": ("leak-shm",)},
-    "deadlocked": {"flavor": "sglang", "faults": ("deadlock",), "probe_timeout_s": 3.0},
-    "slow": {"flavor": "vllm", "load_seconds": 8.0},
-    "fragile": {"flavor": "vllm"},
-    # Faults that strike while serving (the probe and the known answer's two requests are the first three).
-    "late-crash": {"flavor": "vllm", "faults": ("crash-after-ready",), "fault_after": 4},
-    "late-hang": {"flavor": "sglang", "faults": ("hang-after-ready",), "fault_after": 3},
-    "brittle": {"flavor": "vllm", "rate": 120.0, "settings": {"on_failure": '"none"'}},
-    # Real weight files read like a lazy mmap loader, warmed into the page cache during the switch.
-    "warmable": {"flavor": "vllm", "settings": {"warm": '"on-switch"'}, "weights": "warm-weights"},
-    # Sweeps: drafting costs time (a step of k drafts takes 1 + 0.25 k token times), so the best number of
-    # speculative tokens depends on the acceptance; `drafty`'s drafter has known per-position rates.
-    "sweepy": {"flavor": "vllm", "rate": 80.0, "spec": {"k": 3, "acceptance": 0.6},
-               "engine_args": ("--draft-cost", "0.25")},
-    "drafty": {"flavor": "vllm", "rate": 80.0, "spec": {"k": 3, "acceptance": 0.0},
-               "engine_args": ("--position-acceptance", "0.8,0.5,0.2", "--draft-cost", "0.25")},
-}  # fmt: skip
-WEIGHT_FILE_MIB = 16
+__all__ = ["FAULT_PROFILES", "WEIGHT_FILE_MIB", "inside", "write_fault_profiles"]
+
 ROW_S = 15.0  # the session sandbox's metrics_row_s (a daemon's default is 60 s)
-
-
-def write_fault_profiles(directory: Path, models: Path) -> None:
-    directory.mkdir(parents=True, exist_ok=True)
-    make_models(models)
-    for name, spec in FAULT_PROFILES.items():
-        if "weights" in spec:
-            make_weights(models / spec["weights"], WEIGHT_FILE_MIB)
-            spec = spec | {"weights": models / spec["weights"]}
-        text = fake_engine_profile(name, port=free_port(), models=models, **({"load_seconds": 1.0} | spec))
-        (directory / f"{name}.toml").write_text(text)
-
-
-def inside(info: sbx.SandboxInfo, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(info.inside(list(argv)), capture_output=True, text=True, timeout=timeout)
 
 
 def daemon_pid(info: sbx.SandboxInfo) -> str:

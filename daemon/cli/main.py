@@ -7,21 +7,18 @@ import json
 import os
 import sys
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import httpx
 
 from daemon.cli.client import ApiError, ApiJson
-from daemon.core.errors import HostTimeout, K25Error
+from daemon.cli.exit_codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from daemon.cli.plugins import sandbox_commands
+from daemon.core.errors import K25Error
 from daemon.core.profiles import PRIVATE_TMP_HINT, model_paths, under_private_tmp
 from daemon.core.settings import load_settings
 from daemon.engines import engine_for
 from daemon.engines.checks import load_checked_profiles
-
-if TYPE_CHECKING:
-    from daemon.sandbox.sandbox import SandboxInfo
-
-from daemon.cli.exit_codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 
 
 def _cmd_launch(args: argparse.Namespace) -> int:
@@ -66,47 +63,6 @@ def _cmd_serve(args: argparse.Namespace) -> int:
     from daemon.startup.serve import serve
 
     return serve()
-
-
-def _cmd_sandbox(args: argparse.Namespace) -> int:
-    from dataclasses import asdict
-
-    from daemon.sandbox import sandbox
-
-    if args.action == "up":
-        info = sandbox.up(
-            port=args.port,
-            profiles=args.profiles,
-            load_seconds=args.load_seconds,
-            binds=tuple(b.resolve() for b in args.bind),
-            weights=args.weights.resolve() if args.weights else None,
-            parks=tuple(args.park),
-        )
-        if args.activate:
-            sandbox.start_profile(info, args.activate)
-    else:
-        info = sandbox.load(args.name)
-    if args.action == "down":
-        try:
-            sandbox.down(info)
-        except HostTimeout as e:  # what is left is listed below, and the exit is non-zero
-            print(f"k25-ctl: {e}", file=sys.stderr)
-        left = sandbox.leftovers(info)
-        print(json.dumps({"down": info.name, "left": left}) if args.json else f"sandbox {info.name} down")
-        return EXIT_OK if not left else EXIT_FAILED
-    if args.action == "shell":
-        argv = info.inside(["bash", "-l"])
-        os.execvp(argv[0], argv)  # noqa: S606 - an interactive shell inside the sandbox
-    if args.json:
-        print(json.dumps(asdict(info) | {"alive": not _dead(info)}, indent=2))
-    else:
-        print(f"sandbox   {info.name} (PID {info.pid})\nAPI       {info.url}\ntoken     {info.token_file}")
-        print(f"shell     k25-ctl sandbox shell {info.name}\ndown      k25-ctl sandbox down {info.name}")
-    return EXIT_OK
-
-
-def _dead(info: SandboxInfo) -> bool:
-    return not Path(f"/proc/{info.pid}").exists()
 
 
 def _cmd_teardown(args: argparse.Namespace) -> int:
@@ -262,45 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, nargs="*", help="only these GPUs (default: all)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_cmd_teardown)
-    _sandbox_command(sub)
+    sandbox_commands(sub)
     return parser
-
-
-def _sandbox_command(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    p = sub.add_parser("sandbox", help="a real systemd in namespaces with fake engines (tests, demo)")
-    p.add_argument("action", choices=("up", "down", "status", "shell"))
-    p.add_argument("name", nargs="?", help="which sandbox (default: the newest)")
-    p.add_argument("--port", type=int, help="the daemon's API port (default: a free one)")
-    p.add_argument("--profiles", type=Path, help="a folder of extra profiles to add")
-    p.add_argument("--load-seconds", type=float, default=2.0, help="fake engines' weight loading time")
-    p.add_argument(
-        "--bind",
-        type=Path,
-        action="append",
-        default=[],
-        metavar="DIR",
-        help="up: a folder the daemon must see (model folders that --profiles names; repeatable)",
-    )
-    p.add_argument(
-        "--weights",
-        type=Path,
-        metavar="DIR",
-        help="up: the stock profiles read real weight files from DIR (made there once, 256 MiB)",
-    )
-    p.add_argument(
-        "--park",
-        action="append",
-        default=[],
-        metavar="PROFILE",
-        help="up: this stock profile parks (a switch away sleeps it, the way back wakes it; repeatable)",
-    )
-    p.add_argument(
-        "--activate",
-        metavar="PROFILE",
-        help="up: start this profile's engine once booted; returns when the daemon says it is active",
-    )
-    p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_cmd_sandbox)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -14,6 +14,7 @@ from typing import Any
 
 from daemon.cli.client import ApiError, ApiJson, Client, daemon_url, read_token
 from daemon.cli.exit_codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from daemon.cli.plugins import running_demo
 from daemon.core.hoststate import age_text
 from daemon.core.run_types import UNSUCCESSFUL
 from daemon.core.settings import Settings, config_file, installed, load_settings
@@ -30,8 +31,6 @@ def client(args: argparse.Namespace) -> Client:
 def _demo_settings() -> Settings:
     """No install on this host (no settings file, no K25_CONFIG): the CLI talks to the running demo
     sandbox, with its settings and token; on an installed host the sandbox is never consulted."""
-    from daemon.sandbox.sandbox import running_demo
-
     demo = running_demo()
     if demo is None:
         return load_settings()

@@ -16,10 +16,10 @@ from fastapi import FastAPI
 
 from daemon.core.settings import Settings
 from daemon.host.gpu import NoGpus
-from daemon.sandbox.fake_http import build_app
-from daemon.sandbox.fake_stats import FakeConfig
 from daemon.startup.app import create_app
 from daemon.startup.machine import HostPorts
+from k25_sandbox.fake_http import build_app
+from k25_sandbox.fake_stats import FakeConfig
 from tests.api.fakes import FakeJournal, FakeProber, FakeSystemd, FakeTimers, fake_teardown
 from tests.slow_callbacks import SlowCallbacks
 from tests.waiting import eventually

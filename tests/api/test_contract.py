@@ -12,7 +12,7 @@ from pathlib import Path
 
 import uvicorn
 
-from daemon.sandbox.ports import free_port
+from k25_sandbox.ports import free_port
 from tests.api.conftest import TOKEN, running_env
 from tests.waiting import eventually
 

@@ -16,7 +16,7 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from daemon.sandbox import sandbox as sbx
+from k25_sandbox import sandbox as sbx
 from tests.realengine.conftest import CACHE, engine_env
 from tests.sandboxing import Api, inside
 

@@ -107,8 +107,8 @@ async def teardown() -> dict[str, Any]:
     import subprocess
 
     from daemon.host.procs import ProcfsProcesses as Procs
-    from daemon.sandbox.ports import free_port
     from daemon.teardown.build import build_teardown
+    from k25_sandbox.ports import free_port
 
     s = load_settings()
     systemd = SdbusSystemd(open_system_bus())
@@ -120,7 +120,7 @@ async def teardown() -> dict[str, Any]:
     env = dict(os.environ, CUDA_VISIBLE_DEVICES="2")
     # Our own children, started by hand (outside any unit); killed by PID in `finally` whatever happens.
     stubborn = subprocess.Popen(
-        [sys.executable, "-m", "daemon.sandbox.fake_engine", "--flavor", "vllm", "--port", str(free_port()),
+        [sys.executable, "-m", "k25_sandbox.fake_engine", "--flavor", "vllm", "--port", str(free_port()),
          "--load-seconds", "0.2", "--fault", "ignore-sigterm"],
         env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, text=True,
     )  # fmt: skip

@@ -10,7 +10,7 @@ from pathlib import Path
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from daemon.sandbox.sandbox import SandboxInfo
+from k25_sandbox.sandbox import SandboxInfo
 from tests.sandboxing import Api, inside
 
 K25 = str(Path(sys.executable).parent / "k25-ctl")
@@ -149,4 +149,4 @@ def test_without_an_install_the_cli_talks_to_the_running_sandbox(
     # A mutating call carries the sandbox's token: refused for what it asks (no such run), not for a 401.
     r = subprocess.run([K25, "cancel", "999999"], capture_output=True, text=True, timeout=60, env=env)
     assert "bearer token" not in r.stdout + r.stderr, r.stdout + r.stderr
-    assert "run 999999 is not in progress" in r.stdout + r.stderr
+    assert "no run 999999" in r.stdout + r.stderr  # 404, as GET /runs/999999 (issue 49)

@@ -11,9 +11,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.balancer import Host, Load, haproxy
-from daemon.sandbox.ports import free_port
+from k25_sandbox import sandbox as sbx
+from k25_sandbox.balancer import Host, Load, haproxy
+from k25_sandbox.ports import free_port
 from tests.sandboxing import Api
 from tests.waiting import eventually_sync
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from daemon.sandbox.sandbox import SandboxInfo
+from k25_sandbox.sandbox import SandboxInfo
 from tests.sandboxing import Api
 
 SPEC = {"concurrency": [1], "num_prompts": 3, "max_tokens": 64, "warmups": 1}

@@ -22,10 +22,10 @@ from typing import Any
 import httpx
 import pytest
 
-from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.layout import fake_engine_profile, make_models
-from daemon.sandbox.mirror import nginx
-from daemon.sandbox.ports import free_port
+from k25_sandbox import sandbox as sbx
+from k25_sandbox.layout import fake_engine_profile, make_models
+from k25_sandbox.mirror import nginx
+from k25_sandbox.ports import free_port
 from tests.sandboxing import Api, inside
 
 pytestmark = pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx: scripts/setup.sh installs it")

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from daemon.sandbox.sandbox import SandboxInfo
+from k25_sandbox.sandbox import SandboxInfo
 from tests.sandboxing import Api
 
 ST = str(Path(sys.executable).parent / "st")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.layout import fake_engine_profile, make_models
-from daemon.sandbox.ports import free_port
+from k25_sandbox import sandbox as sbx
+from k25_sandbox.layout import fake_engine_profile, make_models
+from k25_sandbox.ports import free_port
 from tests.sandboxing import Api, inside
 
 

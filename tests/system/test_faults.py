@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 import psutil
 
-from daemon.sandbox.sandbox import SandboxInfo
+from k25_sandbox.sandbox import SandboxInfo
 from tests.sandboxing import Api, inside, kill_daemon
 
 

@@ -20,9 +20,9 @@ from typing import Any
 
 import pytest
 
-from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.balancer import Host, Load, haproxy
-from daemon.sandbox.ports import free_port
+from k25_sandbox import sandbox as sbx
+from k25_sandbox.balancer import Host, Load, haproxy
+from k25_sandbox.ports import free_port
 from tests.playbooks import Played
 from tests.playbooks import play as playbook
 from tests.prometheus import prometheus, query

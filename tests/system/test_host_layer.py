@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.sandbox.sandbox import SandboxInfo
+from k25_sandbox.sandbox import SandboxInfo
 from tests.sandboxing import inside, probe, stop_engines
 
 

@@ -16,10 +16,10 @@ from pathlib import Path
 import httpx
 import pytest
 
-from daemon.sandbox import reaping
-from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.layout import GPU_COUNT, REPO, fake_engine_profile
-from daemon.sandbox.ports import free_port
+from k25_sandbox import reaping
+from k25_sandbox import sandbox as sbx
+from k25_sandbox.layout import GPU_COUNT, REPO, fake_engine_profile
+from k25_sandbox.ports import free_port
 from tests.playbooks import Played, play
 from tests.sandboxing import Api
 
@@ -258,7 +258,7 @@ def _snapshot(h: Host) -> dict[str, tuple[int, int]]:
 def test_a_hand_written_baseline_unit_is_kept_adopted_and_outlives_an_uninstall(host: Host) -> None:
     unit = (
         "[Unit]\nDescription=vLLM Kimi-K2.5 INT4 (written by hand)\n\n[Service]\n"
-        f"ExecStart={sys.executable} -m daemon.sandbox.fake_engine --flavor vllm --port {host.engine_port} "
+        f"ExecStart={sys.executable} -m k25_sandbox.fake_engine --flavor vllm --port {host.engine_port} "
         f"--served-model-name kimi-k2.5 --model {SIM}/models/Kimi-K2.5-INT4 --load-seconds 1 --device-dir {SIM}/dev\n"
         f"WorkingDirectory={REPO}\n\n[Install]\nWantedBy=multi-user.target\n"
     )

@@ -8,7 +8,7 @@ import json
 import time
 from pathlib import Path
 
-from daemon.sandbox.sandbox import SandboxInfo
+from k25_sandbox.sandbox import SandboxInfo
 from tests.conftest import ROOT
 from tests.prometheus import prometheus, query
 from tests.sandboxing import Api, inside

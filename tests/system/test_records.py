@@ -8,7 +8,7 @@ import re
 import urllib.request
 from pathlib import Path
 
-from daemon.sandbox.sandbox import SandboxInfo
+from k25_sandbox.sandbox import SandboxInfo
 from tests.sandboxing import Api, inside
 
 

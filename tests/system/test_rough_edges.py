@@ -11,10 +11,10 @@ from pathlib import Path
 
 import httpx
 
-from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.layout import fake_engine_profile
-from daemon.sandbox.ports import free_port
-from daemon.sandbox.sandbox import SandboxInfo
+from k25_sandbox import sandbox as sbx
+from k25_sandbox.layout import fake_engine_profile
+from k25_sandbox.ports import free_port
+from k25_sandbox.sandbox import SandboxInfo
 from tests.conftest import ROOT
 from tests.sandboxing import Api, inside, stop_engines
 

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import httpx
 
-from daemon.sandbox import sandbox as sbx
-from daemon.sandbox.layout import SANDBOX_NICE
-from daemon.sandbox.sandbox import SandboxInfo
+from k25_sandbox import sandbox as sbx
+from k25_sandbox.layout import SANDBOX_NICE
+from k25_sandbox.sandbox import SandboxInfo
 from tests.sandboxing import Api, daemon_pid, inside, probe, write_fault_profiles
 
 K25 = str(Path(sys.executable).parent / "k25-ctl")

@@ -7,7 +7,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from daemon.sandbox.sandbox import SandboxInfo
+from k25_sandbox.sandbox import SandboxInfo
 from tests.sandboxing import Api, inside
 from tests.system.test_api_cli import _cli
 from tests.waiting import eventually_sync

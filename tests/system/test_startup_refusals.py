@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.sandbox import sandbox as sbx
+from k25_sandbox import sandbox as sbx
 from tests.sandboxing import inside
 from tests.waiting import eventually_sync
 

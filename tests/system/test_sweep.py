@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from daemon.sandbox.sandbox import SandboxInfo
+from k25_sandbox.sandbox import SandboxInfo
 from tests.sandboxing import Api, inside, kill_daemon
 
 # Not test_bench.py's spec: the sweeps' benchmarks stay out of its comparison whichever runs first.

@@ -6,7 +6,7 @@ import sqlite3
 from pathlib import Path
 from typing import Any
 
-from daemon.sandbox.sandbox import SandboxInfo
+from k25_sandbox.sandbox import SandboxInfo
 from tests.sandboxing import Api, inside
 
 
@@ -38,7 +38,7 @@ def test_switch_cycle_through_the_three_profiles(api: Api, sandbox: SandboxInfo)
             assert phase in phases, (name, phases)
         assert len(_percents(run)) >= 3
         assert run["load_seconds"] > 0
-        assert run["argv"][:3][1:] == ["-m", "daemon.sandbox.fake_engine"]
+        assert run["argv"][:3][1:] == ["-m", "k25_sandbox.fake_engine"]
         assert len(run["profile_sha256"]) == 64
         assert run["teardowns"][0]["ok"] is True
         status = api.status()

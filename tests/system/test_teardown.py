@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from daemon.sandbox.sandbox import SandboxInfo
+from k25_sandbox.sandbox import SandboxInfo
 from tests.sandboxing import inside, probe, stop_engines
 
 

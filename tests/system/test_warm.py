@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 
 from daemon.host.pagecache import evict, resident_bytes
-from daemon.sandbox.sandbox import SandboxInfo
+from k25_sandbox.sandbox import SandboxInfo
 from tests.sandboxing import Api, inside
 from tests.waiting import eventually_sync
 

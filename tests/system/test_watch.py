@@ -14,7 +14,7 @@ from typing import Any
 
 import httpx
 
-from daemon.sandbox.sandbox import SandboxInfo
+from k25_sandbox.sandbox import SandboxInfo
 from tests.sandboxing import ROW_S, Api, inside
 
 

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from daemon.sandbox.balancer import CONFIG
-from daemon.sandbox.mirror import MIRROR
+from k25_sandbox.balancer import CONFIG
+from k25_sandbox.mirror import MIRROR
 from tests.conftest import ROOT
 
 

@@ -15,7 +15,7 @@ import psutil
 import pytest
 
 from daemon.engines import ENGINES
-from daemon.sandbox.ports import free_port
+from k25_sandbox.ports import free_port
 from tests.waiting import eventually_sync
 
 Start = Callable[..., "Engine"]
@@ -55,7 +55,7 @@ def start(tmp_path: Path) -> Iterator[Start]:
         shm.mkdir(exist_ok=True)
         (dev / "nvidia0").write_bytes(b"\0" * 4096)
         port = free_port()
-        argv = [sys.executable, "-m", "daemon.sandbox.fake_engine", "--flavor", flavor, "--port", str(port),
+        argv = [sys.executable, "-m", "k25_sandbox.fake_engine", "--flavor", flavor, "--port", str(port),
                 "--load-seconds", "0.2", "--warmup-seconds", "0", "--device-dir", str(dev), "--shm-dir", str(shm),
                 "--wake-gbps", "1000", *(ENGINES[flavor].park_flag_reasons if park is None else park), *extra]  # fmt: skip
         env = dict(os.environ, CUDA_VISIBLE_DEVICES="0", K25_CONFIG=str(tmp_path / "absent.toml"))

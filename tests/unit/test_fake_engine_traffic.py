@@ -10,8 +10,8 @@ import httpx
 import pytest
 
 from daemon.engines import sglang, vllm
-from daemon.sandbox.fake_http import build_app
-from daemon.sandbox.fake_stats import FakeConfig
+from k25_sandbox.fake_http import build_app
+from k25_sandbox.fake_stats import FakeConfig
 
 
 @pytest.mark.parametrize("flavor", ["vllm", "sglang"])

@@ -11,7 +11,7 @@ from daemon.benchmark.metrics import RequestRecord, by_category
 from daemon.benchmark.prompts import replay_set
 from daemon.benchmark.spec import BenchmarkSpec
 from daemon.datasets.service import Replay, ReplayPrompt
-from daemon.sandbox.fake_stats import Draw, FakeConfig, topic_of
+from k25_sandbox.fake_stats import Draw, FakeConfig, topic_of
 
 
 def _replay(mean: float | None = None) -> Replay:

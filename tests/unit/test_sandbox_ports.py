@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.sandbox import ports
-from daemon.sandbox.ports import REGISTRY_ENV, free_port
+from k25_sandbox import ports
+from k25_sandbox.ports import REGISTRY_ENV, free_port
 
 
 def test_ports_are_below_the_ephemeral_range_and_claimed_once(

@@ -16,7 +16,7 @@ from daemon.benchmark.verdicts import Samples
 from daemon.core.errors import InvalidInput
 from daemon.core.profiles import LoadedProfile
 from daemon.engines.checks import parse_checked_profile
-from daemon.sandbox.fake_stats import Draw, FakeConfig, Stats
+from k25_sandbox.fake_stats import Draw, FakeConfig, Stats
 
 STOCK = Path(__file__).resolve().parents[2] / "profiles"
 

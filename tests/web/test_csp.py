@@ -7,9 +7,9 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from daemon.sandbox.layout import fake_engine_profile
-from daemon.sandbox.ports import free_port
-from daemon.sandbox.sandbox import SandboxInfo
+from k25_sandbox.layout import fake_engine_profile
+from k25_sandbox.ports import free_port
+from k25_sandbox.sandbox import SandboxInfo
 from tests.sandboxing import Api
 from tests.waiting import eventually_sync
 from tests.web.pages import errors_of

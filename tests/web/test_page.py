@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from daemon.sandbox.sandbox import SandboxInfo
+from k25_sandbox.sandbox import SandboxInfo
 from tests.sandboxing import Api
 from tests.web.pages import errors_of, experiment
 
@@ -111,7 +111,7 @@ def test_page_shows_the_live_chart_then_the_crash(page: Any, api: Api, sandbox: 
 
 def test_page_works_when_reads_need_the_token(page: Any, tmp_path: Path) -> None:
     """reads_require_token = true: the page asks for the token once and then reads and follows events."""
-    from daemon.sandbox import sandbox as sbx
+    from k25_sandbox import sandbox as sbx
     from tests.sandboxing import Api
 
     info = sbx.up(load_seconds=0.5, settings={"reads_require_token": "true"})

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from daemon.sandbox.sandbox import SandboxInfo
+from k25_sandbox.sandbox import SandboxInfo
 from tests.sandboxing import Api
 from tests.web.pages import errors_of
 from tests.web.test_charts import DRAWN, LEGEND

@@ -1,7 +1,7 @@
 """A fake inference engine that speaks vLLM's or SGLang's real surface (docs/engines.md): the loading
 log, no HTTP while loading, the flavor's /health, OpenAI streaming at a set token rate, real metric names,
 processes titled like the real ones that map the fake GPU device files, engine-named shm files, and faults
-on demand. `python -m daemon.sandbox.fake_engine --flavor vllm|sglang --port P ...`"""
+on demand. `python -m k25_sandbox.fake_engine --flavor vllm|sglang --port P ...`"""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from daemon.engines import base
 from daemon.engines import sglang as sg
 from daemon.engines import vllm as vl
 from daemon.host.pagecache import resident_bytes
-from daemon.sandbox.fake_http import build_app
-from daemon.sandbox.fake_park import ParkConfig
-from daemon.sandbox.fake_procs import (
+from k25_sandbox.fake_http import build_app
+from k25_sandbox.fake_park import ParkConfig
+from k25_sandbox.fake_procs import (
     PARK_SIGNAL,
     WAKE_SIGNAL,
     WorkerSpec,
@@ -35,7 +35,7 @@ from daemon.sandbox.fake_procs import (
     spawn,
     stop_workers,
 )
-from daemon.sandbox.fake_stats import FakeConfig, parse_topics
+from k25_sandbox.fake_stats import FakeConfig, parse_topics
 
 FAULTS = (
     "crash-loading",

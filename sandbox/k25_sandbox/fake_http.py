@@ -19,9 +19,9 @@ from starlette.routing import Route
 
 from daemon.core.jsontypes import RequestBody
 from daemon.engines import sglang as sg
-from daemon.sandbox.fake_answer import Weights, prompt_key, text_of, token_ids, whole_extras
-from daemon.sandbox.fake_park import FakePark, ParkControl
-from daemon.sandbox.fake_stats import Draw, FakeConfig, Stats, count_request
+from k25_sandbox.fake_answer import Weights, prompt_key, text_of, token_ids, whole_extras
+from k25_sandbox.fake_park import FakePark, ParkControl
+from k25_sandbox.fake_stats import Draw, FakeConfig, Stats, count_request
 
 FAKE_VERSION = "0.0.0+fake"
 

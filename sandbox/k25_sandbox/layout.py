@@ -16,7 +16,7 @@ from daemon.core.command import k25_command
 from daemon.core.errors import K25Error
 from daemon.core.profiles import engine_unit, under_private_tmp
 from daemon.engines import ENGINES
-from daemon.sandbox.ports import free_port
+from k25_sandbox.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]  # the source tree, where the package runs from one
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")
@@ -162,7 +162,7 @@ def fake_engine_profile(
     k25-ctl renders for the engine (`park_flags`: others, e.g. too few). `engine_args`: more
     fake engine flags (--draft-cost, --position-acceptance)."""
     model = weights or models / "Kimi-K2.5-INT4"
-    command = [sys.executable, "-m", "daemon.sandbox.fake_engine", "--flavor", flavor, "--port", "{port}"]
+    command = [sys.executable, "-m", "k25_sandbox.fake_engine", "--flavor", flavor, "--port", "{port}"]
     command += ["--served-model-name", "kimi-k2.5", "--model", str(model)]
     command += ["--load-seconds", str(load_seconds), "--rate", str(rate)]
     if spec:

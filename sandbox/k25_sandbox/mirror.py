@@ -14,7 +14,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from daemon.core.errors import K25Error
-from daemon.sandbox.balancer import Proxy, foreground
+from k25_sandbox.balancer import Proxy, foreground
 
 # What the manual shows (docs/capture.md): the production location mirrors, the mirror location passes
 # nothing of the client's headers (no API key, no cookie) and sets the capture token, the Host the daemon

@@ -12,7 +12,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from daemon.engines import sglang as sg
 from daemon.engines import vllm as vl
-from daemon.sandbox.fake_park import ParkConfig
+from k25_sandbox.fake_park import ParkConfig
 
 
 @dataclass

@@ -12,12 +12,12 @@ import shlex
 import sys
 from pathlib import Path
 
-from daemon.sandbox.layout import profile_head, speculative_table
+from k25_sandbox.layout import profile_head, speculative_table
 
 FAKE_ARGS_ENV = "K25_FAKE_ENGINE_ARGS"
 SYSTEM_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
-_FAKE = f"{shlex.quote(sys.executable)} -m daemon.sandbox.fake_engine --rendered --flavor"
+_FAKE = f"{shlex.quote(sys.executable)} -m k25_sandbox.fake_engine --rendered --flavor"
 _SHIMS = {
     "vllm": f"""#!/bin/sh
 # k25-ctl rendered `vllm serve MODEL ...`: the sandbox's fake vLLM answers it.

@@ -20,8 +20,8 @@ from starlette.routing import Route
 
 from daemon.engines import sglang as sg
 from daemon.engines import vllm as vl
-from daemon.sandbox.fake_answer import Weights
-from daemon.sandbox.fake_procs import log
+from k25_sandbox.fake_answer import Weights
+from k25_sandbox.fake_procs import log
 
 PARTS = ("weights", "kv_cache")
 

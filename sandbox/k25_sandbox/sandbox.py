@@ -17,9 +17,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from daemon.core.errors import HostTimeout, K25Error, NotFound
-from daemon.sandbox import reaping
-from daemon.sandbox.layout import make_weights, work_dir, write_base_units, write_tree
-from daemon.sandbox.ports import free_port
+from k25_sandbox import reaping
+from k25_sandbox.layout import make_weights, work_dir, write_base_units, write_tree
+from k25_sandbox.ports import free_port
 
 SANDBOX_HOME = Path(os.environ.get("K25_SANDBOX_HOME", "/tmp/k25-sandboxes"))
 CGROUP_FS = Path("/sys/fs/cgroup")
@@ -138,16 +138,18 @@ def _boot_script(root: Path, cgroups: list[str], *, fresh_host: bool) -> Path:
     return script
 
 
-def _wait_ready(sock: socket.socket, unshare: subprocess.Popen[bytes], within_s: float) -> None:
+def _wait_ready(sock: socket.socket, unshare: subprocess.Popen[bytes], within_s: float, log: Path) -> None:
     """Wait for systemd's READY=1 (sent when default.target, the daemon included, is reached) or for the
-    namespace to die, whichever comes first."""
+    namespace to die, whichever comes first (then with the tail of the boot's output: the folder that
+    holds it is removed)."""
     pidfd = os.pidfd_open(unshare.pid)
     deadline = time.monotonic() + within_s
     try:
         while (left := deadline - time.monotonic()) > 0:
             readable, _, _ = select.select([sock.fileno(), pidfd], [], [], left)
             if pidfd in readable:
-                raise K25Error(f"the sandbox's systemd exited during boot (status {unshare.wait()})")
+                tail = "\n".join(log.read_text(errors="replace").splitlines()[-20:]) if log.exists() else ""
+                raise K25Error(f"the sandbox's systemd exited during boot (status {unshare.wait()}):\n{tail}")
             if sock.fileno() in readable and b"READY=1" in sock.recv(4096).split(b"\n"):
                 return
         raise HostTimeout(f"the sandbox did not boot within {within_s:.0f}s")
@@ -201,7 +203,7 @@ def up(
     unshare = _unshare(script, root / "boot.log")
     info = None
     try:
-        _wait_ready(sock, unshare, within_s)
+        _wait_ready(sock, unshare, within_s, root / "boot.log")
         import psutil
 
         init = psutil.Process(unshare.pid).children()[0].pid
