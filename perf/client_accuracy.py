@@ -23,8 +23,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daemon.benchmark.client import Request, new_client, run_level
-from daemon.benchmark.metrics import summarize
+from daemon.measure.client import Request, new_client, run_level
+from daemon.measure.metrics import summarize
 from perf.procs import free_port, serving
 
 

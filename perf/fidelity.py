@@ -44,11 +44,11 @@ from typing import Any, ClassVar
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import daemon.benchmark.client as client_mod
-from daemon.benchmark.client import Request, new_client, run_level
-from daemon.benchmark.metrics import StreamReader, summarize
-from daemon.benchmark.prompts import base_prompts
-from daemon.benchmark.spec import BenchmarkSpec
+import daemon.measure.client as client_mod
+from daemon.measure.client import Request, new_client, run_level
+from daemon.measure.metrics import StreamReader, summarize
+from daemon.measure.prompts import base_prompts
+from daemon.measure.spec import BenchmarkSpec
 from perf.procs import free_port, serving
 
 CACHE = Path(os.environ.get("K25_REALENGINE_DIR", "/var/cache/k25-ctl/realengine"))

@@ -23,7 +23,7 @@ import httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from daemon.benchmark.spec import BenchmarkSpec
+from daemon.measure.spec import BenchmarkSpec
 from perf.fidelity import CLIENT_CORE, ENV, Mode, bench_serve, datasets, k25, paired
 from perf.procs import free_port, serving
 

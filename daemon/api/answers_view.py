@@ -6,7 +6,7 @@ import time
 
 from daemon.api.schemas import AgreementOut, AgreementRequestOut, AnswerOut, KnownAnswerOut
 from daemon.engines.answers import Agreement
-from daemon.parking.known_answer import KnownAnswerView
+from daemon.proving.known_answer import KnownAnswerView
 
 
 def agreement_out(profile: str, a: Agreement) -> AgreementOut:

@@ -8,9 +8,10 @@ from datetime import datetime
 from pydantic import BaseModel, ConfigDict, Field
 
 from daemon.api.schemas import AgreementOut, Out, SafeArgv, SafeOptionalText, SafeText
-from daemon.benchmark.compare import Row
 from daemon.core.jsontypes import RequestRow, StoredJson, VllmSummary
 from daemon.core.profiles import NAME_RE
+from daemon.experiments.compare import Row
+from daemon.experiments.verdict import Verdict
 
 
 class ProvenanceOut(Out):
@@ -208,7 +209,7 @@ class SweepRowOut(BaseModel):
     ratio: float | None
     noise: float | None
     noise_assumed: bool
-    verdict: str | None
+    verdict: Verdict | None
     best: bool
 
 

@@ -9,12 +9,12 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from daemon.benchmark.sweep.variants import parse_vary
 from daemon.cli import sweep
 from daemon.cli.client import ApiJson, Client
 from daemon.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from daemon.cli.remote import Add, Deciles, bar, client, emit, figure
 from daemon.core.errors import InvalidInput
+from daemon.experiments.sweep.variants import parse_vary
 
 
 def _numbers(text: str, kind: type[int] | type[float]) -> list[Any]:

@@ -23,8 +23,8 @@ from daemon.engines.probing import in_flight, probe_generation
 from daemon.host.systemd import SystemdPort
 from daemon.parking import guards
 from daemon.parking.budget import RamBudget, RamPlan
-from daemon.parking.known_answer import KnownAnswers
-from daemon.parking.proof import NotParked, asleep, says_sleeping
+from daemon.proving.known_answer import KnownAnswers
+from daemon.proving.sleep import NotParked, asleep, says_sleeping
 from daemon.runs.events import RunEvents
 from daemon.runs.jobs import JobKind, Jobs
 from daemon.runs.recorder import RunRecorder

@@ -7,8 +7,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from daemon.benchmark.client import new_client
-from daemon.benchmark.runner import HttpFactory
 from daemon.core.errors import K25Error
 from daemon.core.settings import Settings
 from daemon.engines.client import EnginePort, Prober
@@ -16,6 +14,8 @@ from daemon.host.gpu import GpuView
 from daemon.host.journal import JournalctlJournal, JournalPort
 from daemon.host.systemd import SdbusSystemd, SystemdPort, open_system_bus
 from daemon.host.timers import NoTimers, SdbusTimers, TimerPort
+from daemon.measure.client import new_client
+from daemon.measure.runner import HttpFactory
 from daemon.teardown.build import build_gpus, build_teardown
 from daemon.teardown.execute import Teardown
 

@@ -16,21 +16,21 @@ from daemon.api.controllers.profiles import ProfilesController
 from daemon.api.controllers.runs import RunsController
 from daemon.api.controllers.status import StatusController
 from daemon.api.controllers.teardown import TeardownController
-from daemon.benchmark.experiments import Experiments
-from daemon.benchmark.judging import Judging
-from daemon.benchmark.relative import RelativeThroughput
-from daemon.benchmark.runner import BenchmarkRunner
-from daemon.benchmark.schedules import Schedules
-from daemon.benchmark.sweep.service import Sweeps
 from daemon.capture.sink import CaptureSink
 from daemon.core.command import k25_command
 from daemon.core.hoststate import StateHub
 from daemon.core.settings import Settings
 from daemon.datasets.service import Datasets
+from daemon.experiments.judging import Judging
+from daemon.experiments.service import Experiments
+from daemon.experiments.sweep.service import Sweeps
+from daemon.experiments.timers import Schedules
 from daemon.host.pagecache import PageCache, mem_available
+from daemon.measure.relative import RelativeThroughput
+from daemon.measure.runner import BenchmarkRunner
 from daemon.parking.budget import RamBudget, default_budget
-from daemon.parking.known_answer import KnownAnswers
 from daemon.parking.service import Parking
+from daemon.proving.known_answer import KnownAnswers
 from daemon.runs.jobs import Jobs
 from daemon.runs.recorder import RunRecorder
 from daemon.serving.policies import Incidents, Policies

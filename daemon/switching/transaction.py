@@ -16,8 +16,8 @@ from daemon.core.profiles import LoadedProfile, ProfileSet, WarmMode
 from daemon.core.run_types import CutShort, NewRun, Outcome, Phase, RunKind
 from daemon.engines import engine_for
 from daemon.engines.excerpt import journal_excerpt
-from daemon.parking.known_answer import KnownAnswers
 from daemon.parking.service import Parking
+from daemon.proving.known_answer import KnownAnswers
 from daemon.runs.events import RunEvents as _Events
 from daemon.runs.jobs import JobKind, Jobs, Slot
 from daemon.runs.recorder import HostAfter, RunRecorder

@@ -15,8 +15,8 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from daemon.benchmark.client import Request, arrival_schedule, new_client, run_level, send
-from daemon.benchmark.metrics import Status
+from daemon.measure.client import Request, arrival_schedule, new_client, run_level, send
+from daemon.measure.metrics import Status
 
 Handler = Callable[[asyncio.StreamWriter], Awaitable[None]]
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from daemon.benchmark.metrics import RequestRecord, Status, StreamReader, percentile, summarize
+from daemon.measure.metrics import RequestRecord, Status, StreamReader, percentile, summarize
 
 
 def _completion(text: str, usage: dict[str, int] | None = None, *, null_usage: bool = False) -> str:

@@ -6,7 +6,8 @@ import itertools
 
 import pytest
 
-from daemon.benchmark.compare import ASSUMED_NOISE, Measured, compare
+from daemon.experiments.compare import Measured, compare
+from daemon.experiments.judge import ASSUMED_NOISE
 
 _ids = itertools.count(100, -1)  # newest first: ids fall as the list goes on
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from daemon.benchmark.compare import Measured, compare
-from daemon.benchmark.metrics import RequestRecord, by_category
-from daemon.benchmark.prompts import replay_set
-from daemon.benchmark.spec import BenchmarkSpec
 from daemon.datasets.service import Replay, ReplayPrompt
+from daemon.experiments.compare import Measured, compare
+from daemon.measure.metrics import RequestRecord, by_category
+from daemon.measure.prompts import replay_set
+from daemon.measure.spec import BenchmarkSpec
 from k25_sandbox.fake_stats import Draw, FakeConfig, topic_of
 
 

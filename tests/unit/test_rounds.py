@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from daemon.benchmark.experiment_request import ExperimentRequest
-from daemon.benchmark.rounds import orders, switches
+from daemon.experiments.request import ExperimentRequest
+from daemon.experiments.rounds import orders, switches
 
 
 def test_two_profiles_alternate_abba_and_a_round_costs_one_switch() -> None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from daemon.benchmark.stats import Judged, drift, judge, judge_rate, requests_for, rounds_for, spread
+from daemon.experiments.stats import drift, ratio_of_means, ratio_of_rates, requests_for, rounds_for, spread
+from daemon.experiments.verdict import Judged, Verdict
 
 CV = 0.10  # per-request spread of a latency like TPOT on a busy engine
 
@@ -25,7 +26,7 @@ def test_a_true_3_percent_difference_is_found_with_the_planned_requests() -> Non
     found = covered = 0
     for i in range(40):
         base, faster = _tpot(rng, 20.0, n), _tpot(rng, 20.0 / 1.03, n)  # 3% faster
-        j = judge(base, faster, lower_is_better=True, seed=i)
+        j = ratio_of_means(base, faster, lower_is_better=True, seed=i)
         assert j is not None
         found += j.verdict == "faster"
         covered += j.low <= 1.03 <= j.high
@@ -38,23 +39,23 @@ def test_no_difference_is_said_in_at_least_95_percent_of_200_experiments() -> No
     rng = np.random.default_rng(7)
     verdicts = []
     for i in range(200):
-        j = judge(_tpot(rng, 20.0, 120), _tpot(rng, 20.0, 120), lower_is_better=True, seed=i)
+        j = ratio_of_means(_tpot(rng, 20.0, 120), _tpot(rng, 20.0, 120), lower_is_better=True, seed=i)
         assert j is not None
         verdicts.append(j.verdict)
-    assert verdicts.count("no difference detected") >= 190, {v: verdicts.count(v) for v in set(verdicts)}
+    assert verdicts.count(Verdict.NO_DIFFERENCE) >= 190, {v: verdicts.count(v) for v in set(verdicts)}
 
 
 def test_the_answer_says_the_interval_or_how_many_more_requests() -> None:
     rng = np.random.default_rng(11)
-    clear = judge(_tpot(rng, 20.0, 300), _tpot(rng, 18.0, 300), lower_is_better=True)
+    clear = ratio_of_means(_tpot(rng, 20.0, 300), _tpot(rng, 18.0, 300), lower_is_better=True)
     assert clear is not None
     assert clear.verdict == "faster"
     assert clear.text().startswith("faster: 1.1")
     assert clear.low > 1.0
-    thr = judge([100.0 + x for x in range(10)], [90.0 + x for x in range(10)], lower_is_better=False)
+    thr = ratio_of_means([100.0 + x for x in range(10)], [90.0 + x for x in range(10)], lower_is_better=False)
     assert thr is not None
     assert thr.verdict == "slower"  # throughput: higher is better
-    vague = judge(_tpot(rng, 20.0, 30), _tpot(rng, 20.0 / 1.01, 30), lower_is_better=True)
+    vague = ratio_of_means(_tpot(rng, 20.0, 30), _tpot(rng, 20.0 / 1.01, 30), lower_is_better=True)
     assert vague is not None
     assert vague.verdict == "no difference detected"
     assert vague.more_needed is not None
@@ -63,7 +64,7 @@ def test_the_answer_says_the_interval_or_how_many_more_requests() -> None:
     half = (vague.high - vague.low) / 2
     assert half * (30 / (30 + vague.more_needed)) ** 0.5 <= vague.resolvable * 1.01
     assert vague.text().startswith("no difference detected: ±")
-    assert judge([1.0] * 3, [1.0] * 3, lower_is_better=True) is None  # too few to claim anything
+    assert ratio_of_means([1.0] * 3, [1.0] * 3, lower_is_better=True) is None  # too few to claim anything
     assert spread([10.0, 10.0]) == 0.0
 
 
@@ -83,8 +84,8 @@ def test_a_planted_drift_is_flagged_and_a_steady_host_is_not() -> None:
 
 def test_figures_without_spread_are_not_judged() -> None:
     """Every request alike (a degenerate sample): no interval exists, and no NaN reaches the API."""
-    assert judge([1.0] * 20, [1.0] * 20, lower_is_better=False) is None
-    assert judge([1.0] * 5, [2.0] * 5, lower_is_better=False) is None  # too few
+    assert ratio_of_means([1.0] * 20, [1.0] * 20, lower_is_better=False) is None
+    assert ratio_of_means([1.0] * 5, [2.0] * 5, lower_is_better=False) is None  # too few
 
 
 def _requests(rng: np.random.Generator, tok_s: float, n: int) -> tuple[list[float], list[float]]:
@@ -100,17 +101,17 @@ def test_the_throughput_rate_finds_3_percent_and_holds_its_false_positive_rate()
     n = requests_for(CV, 0.03, power=0.9)
     found = 0
     for i in range(40):
-        j = judge_rate(_requests(rng, 50.0, n), _requests(rng, 50.0 * 1.03, n), seed=i)
+        j = ratio_of_rates(_requests(rng, 50.0, n), _requests(rng, 50.0 * 1.03, n), seed=i)
         assert j is not None
         assert j.verdict != "slower"
         found += j.verdict == "faster"
     assert found >= 32
     verdicts = []
     for i in range(200):
-        j = judge_rate(_requests(rng, 50.0, 120), _requests(rng, 50.0, 120), seed=i)
+        j = ratio_of_rates(_requests(rng, 50.0, 120), _requests(rng, 50.0, 120), seed=i)
         assert j is not None
         verdicts.append(j.verdict)
-    assert verdicts.count("no difference detected") >= 190, {v: verdicts.count(v) for v in set(verdicts)}
+    assert verdicts.count(Verdict.NO_DIFFERENCE) >= 190, {v: verdicts.count(v) for v in set(verdicts)}
 
 
 def test_a_sure_difference_under_one_percent_is_no_difference() -> None:
@@ -119,7 +120,7 @@ def test_a_sure_difference_under_one_percent_is_no_difference() -> None:
     rng = np.random.default_rng(2)
     base = list(rng.normal(100.0, 0.1, 200))
     other = list(rng.normal(100.3, 0.1, 200))
-    j = judge(base, other, lower_is_better=False)
+    j = ratio_of_means(base, other, lower_is_better=False)
     assert j is not None
     assert j.low > 1.0  # sure
     assert j.verdict == "no difference detected"
@@ -146,8 +147,8 @@ def test_intervals_over_rounds_hold_their_coverage_where_requests_alone_do_not()
     by_rounds = by_requests = false_alarms = 0
     for i in range(200):
         a, b = _rounds(rng, 20.0, 4), _rounds(rng, 20.0, 4)
-        j = judge(a, b, lower_is_better=True, rounds=sizes, seed=i)
-        naive = judge(a, b, lower_is_better=True, seed=i)
+        j = ratio_of_means(a, b, lower_is_better=True, rounds=sizes, seed=i)
+        naive = ratio_of_means(a, b, lower_is_better=True, seed=i)
         assert j is not None
         assert naive is not None
         assert (j.scope, j.rounds, j.samples, naive.scope) == ("rounds", (4, 4), (200, 200), "requests")
@@ -168,7 +169,7 @@ def test_rates_over_rounds_hold_their_coverage() -> None:
             tokens = rng.integers(16, 257, 4 * PER_ROUND).astype(float)
             pace = np.array(_rounds(rng, 1.0, 4))
             sides.append((list(tokens), list(tokens / 50.0 * pace)))
-        j = judge_rate(sides[0], sides[1], rounds=([PER_ROUND] * 4, [PER_ROUND] * 4), seed=i)
+        j = ratio_of_rates(sides[0], sides[1], rounds=([PER_ROUND] * 4, [PER_ROUND] * 4), seed=i)
         assert j is not None
         assert j.scope == "rounds"
         covered += j.low <= 1.0 <= j.high
@@ -183,7 +184,7 @@ def test_a_true_3_percent_difference_is_found_with_the_planned_rounds() -> None:
     found = 0
     for i in range(40):
         sizes = ([PER_ROUND] * k, [PER_ROUND] * k)
-        j = judge(
+        j = ratio_of_means(
             _rounds(rng, 20.0, k), _rounds(rng, 20.0 / 1.03, k), lower_is_better=True, rounds=sizes, seed=i
         )
         assert j is not None
@@ -195,14 +196,14 @@ def test_a_true_3_percent_difference_is_found_with_the_planned_rounds() -> None:
 def test_one_round_a_side_is_judged_from_the_requests_and_says_so() -> None:
     rng = np.random.default_rng(29)
     a, b = _rounds(rng, 20.0, 1), _rounds(rng, 20.0, 3)
-    j = judge(a, b, lower_is_better=True, rounds=([PER_ROUND], [PER_ROUND] * 3))
+    j = ratio_of_means(a, b, lower_is_better=True, rounds=([PER_ROUND], [PER_ROUND] * 3))
     assert j is not None
     assert j.scope == "requests"
     assert j.p_value is not None
 
 
 def _judged(low: float, high: float, more: int) -> Judged:
-    return Judged((low + high) / 2, low, high, 0.5, 0.0, "no difference detected", (50, 50), more, 0.01)
+    return Judged((low + high) / 2, low, high, 0.5, 0.0, Verdict.NO_DIFFERENCE, (50, 50), more, 0.01)
 
 
 def test_within_one_percent_is_said_only_when_the_whole_interval_is() -> None:

@@ -9,9 +9,9 @@ import re
 import numpy as np
 import pytest
 
-from daemon.benchmark.compare import Comparison, Row
-from daemon.benchmark.verdicts import ONE_ROUND, Memo, Samples, judge_rows, samples_of, verdict_lines
 from daemon.core.jsontypes import RequestRow
+from daemon.experiments.compare import Comparison, Row
+from daemon.experiments.verdicts import ONE_ROUND, Memo, Samples, judge_rows, samples_of, verdict_lines
 
 
 def _row(profile: str, run_ids: list[int]) -> Row:

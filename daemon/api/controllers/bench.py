@@ -26,18 +26,18 @@ from daemon.api.bench_schemas import (
     SweepOut,
 )
 from daemon.api.schemas import AcceptedOut, AgreementOut
-from daemon.benchmark.compare import Comparison, mean, predicted_below
-from daemon.benchmark.experiment_request import ExperimentRequest
-from daemon.benchmark.experiments import Experiments
-from daemon.benchmark.judging import Judging
-from daemon.benchmark.relative import RelativeThroughput
-from daemon.benchmark.schedules import Schedule, Schedules
-from daemon.benchmark.spec import BenchmarkSpec
-from daemon.benchmark.sweep.ranking import parse_metric
 from daemon.core.errors import NotFound
 from daemon.core.jsontypes import VllmSummary
 from daemon.core.run_types import RunKind
-from daemon.parking.known_answer import KnownAnswers
+from daemon.experiments.compare import Comparison, mean, predicted_below
+from daemon.experiments.judging import Judging
+from daemon.experiments.request import ExperimentRequest
+from daemon.experiments.service import Experiments
+from daemon.experiments.sweep.ranking import parse_metric
+from daemon.experiments.timers import Schedule, Schedules
+from daemon.measure.relative import RelativeThroughput
+from daemon.measure.spec import BenchmarkSpec
+from daemon.proving.known_answer import KnownAnswers
 from daemon.store.bench import BenchmarkView, BenchStore, ExperimentView, unpack
 from daemon.store.models import Run
 from daemon.store.queries import Store

@@ -8,8 +8,8 @@ from daemon.api.bench_schemas import SwitchPlanIn, SwitchPlanOut
 from daemon.api.controllers.runs import RunsController
 from daemon.api.schemas import AcceptedOut, ProfileOut, ReloadOut, ResidencyOut, RunOut, UnitStateOut
 from daemon.core.errors import NotFound
-from daemon.parking.known_answer import KnownAnswers
 from daemon.parking.service import Parking
+from daemon.proving.known_answer import KnownAnswers
 from daemon.runs.jobs import Jobs
 from daemon.serving.units import UnitFollower
 from daemon.status.inventory import Inventory, ProfileEntry

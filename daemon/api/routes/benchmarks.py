@@ -21,10 +21,10 @@ from daemon.api.bench_schemas import (
 )
 from daemon.api.routes.common import ACCEPTED, BenchCtl, Limit, ProfilesCtl, RunId, located, reads, writes
 from daemon.api.schemas import AcceptedOut
-from daemon.benchmark.experiment_request import ExperimentRequest, PlanRequest
-from daemon.benchmark.spec import BenchmarkSpec
-from daemon.benchmark.sweep.ranking import METRIC_PATTERN
 from daemon.core.jsontypes import VllmSummary
+from daemon.experiments.request import ExperimentRequest, PlanRequest
+from daemon.experiments.sweep.ranking import METRIC_PATTERN
+from daemon.measure.spec import BenchmarkSpec
 
 read = reads("benchmarks")
 ScheduleId = Annotated[int, Path(ge=1, le=2**31, description="a schedule's id")]

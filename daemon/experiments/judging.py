@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import asyncio
 
-from daemon.benchmark.compare import Comparison, compare, finished
-from daemon.benchmark.verdicts import Memo, judge_rows, samples_of
+from daemon.experiments.compare import Comparison, compare, finished
+from daemon.experiments.verdicts import Memo, judge_rows, samples_of
 from daemon.store.bench import BenchmarkView, BenchStore
 
 COMPARE_WINDOW = 500  # newest benchmarks compare reads

@@ -15,8 +15,8 @@ import aiohttp
 import httpx
 from httpx_aiohttp import AiohttpTransport
 
-from daemon.benchmark.metrics import RequestRecord, Status, StreamReader
 from daemon.core.jsontypes import RequestBody
+from daemon.measure.metrics import RequestRecord, Status, StreamReader
 
 
 @dataclass(frozen=True)

@@ -11,9 +11,9 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
-from daemon.benchmark.spec import BenchmarkSpec
-from daemon.benchmark.sweep.ranking import METRIC_PATTERN
-from daemon.benchmark.sweep.variants import Scalar
+from daemon.experiments.sweep.ranking import METRIC_PATTERN
+from daemon.experiments.sweep.variants import Scalar
+from daemon.measure.spec import BenchmarkSpec
 
 # One axis of a sweep: its values, each once.
 Axis = Annotated[list[Scalar], Field(min_length=1, json_schema_extra={"uniqueItems": True})]

@@ -12,15 +12,15 @@ from collections.abc import Callable
 import httpx
 
 from daemon import __version__
-from daemon.benchmark.measurement import Level, Measurement, Outcomes, Target
-from daemon.benchmark.prompts import PromptSet, builtin_set, replay_set
-from daemon.benchmark.spec import BenchmarkSpec
 from daemon.core.errors import InvalidInput
 from daemon.core.jsontypes import StoredJson
 from daemon.core.run_types import Outcome
 from daemon.datasets.service import Replay
 from daemon.engines import engine_for
 from daemon.engines.base import Engine
+from daemon.measure.levels import Level, Measurement, Outcomes, Target
+from daemon.measure.prompts import PromptSet, builtin_set, replay_set
+from daemon.measure.spec import BenchmarkSpec
 from daemon.runs.recorder import RunRecorder
 from daemon.store.bench import BenchStore
 from daemon.store.models import Benchmark

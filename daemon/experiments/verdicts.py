@@ -1,24 +1,23 @@
 """The comparison's verdicts from per-request figures (#37), pure: each profile's requests against the
-baseline's, pooled over its repeats and rounds, judged by benchmark/stats.py (a bootstrap interval of the
-ratio and a Mann-Whitney U test must agree). Output throughput (the requests' tokens over their seconds),
-TTFT, TPOT, ITL and E2E latency. A row without enough requests keeps the noise-band verdict."""
+baseline's, pooled over its repeats, round by round, judged by the one judge (experiments/judge.py).
+Output throughput (the requests' tokens over their seconds), TTFT, TPOT, ITL and E2E latency. A row
+without enough requests keeps the noise-band verdict."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from daemon.benchmark import stats
-from daemon.benchmark.compare import Comparison, Row
 from daemon.core.jsontypes import RequestRow
+from daemon.experiments import stats
+from daemon.experiments.compare import Comparison, Row
+from daemon.experiments.judge import LOWER_IS_BETTER, Figures, judge
+from daemon.experiments.verdict import Judged
 
-# metric -> lower is better: each judged as the ratio of the two sides' means. "throughput" (the row's
-# verdict) is judged as the aggregate weighs it: the sum of tokens over the sum of request seconds.
-METRICS = {"ttft": True, "tpot": True, "itl": True, "e2el": True}
 # metric -> one figure per completed request; "tokens" and "seconds" paired (a request that generated
 # tokens), "throughput" each such request's own rate (for a drift over rounds)
 Samples = dict[str, list[float]]
-FIGURES = ("throughput", "tokens", "seconds", *METRICS)
+FIGURES = ("tokens", "seconds", *LOWER_IS_BETTER)
 
 
 def samples_of(rows: Sequence[RequestRow]) -> Samples:
@@ -39,10 +38,6 @@ def samples_of(rows: Sequence[RequestRow]) -> Samples:
         if gaps := r.get("gaps"):
             out["itl"].append(sum(gaps) / len(gaps))
     return out
-
-
-def pooled(run_ids: Sequence[int], by_run: Mapping[int, Samples]) -> Samples:
-    return by_round([run_ids], by_run)[0]
 
 
 Sizes = dict[str, list[int]]  # metric -> its figures in each round
@@ -76,7 +71,7 @@ class DriftNote:
         )
 
 
-Judgements = dict[str, stats.Judged]  # metric -> its judgement
+Judgements = dict[str, Judged]  # metric -> its judgement
 ONE_ROUND = (
     "one round a side: the intervals cover request-to-request noise only, not what the requests of one "
     "round share (the host's load that minute, the engine's state); --rounds 2 or more measures that too"
@@ -112,23 +107,8 @@ def judge_rows(c: Comparison, by_run: Mapping[int, Samples], memo: Memo | None =
         c.notes.append(note.text())
 
 
-def _judge(base: tuple[Samples, Sizes], mine: tuple[Samples, Sizes]) -> Judgements:
-    (a, a_rounds), (b, b_rounds) = base, mine
-    out = {}
-    rate = stats.judge_rate(
-        (a["tokens"], a["seconds"]),
-        (b["tokens"], b["seconds"]),
-        rounds=(a_rounds["tokens"], b_rounds["tokens"]),
-    )
-    if rate is not None:
-        out["throughput"] = rate
-    for metric, lower in METRICS.items():
-        rounds = (a_rounds.get(metric, []), b_rounds.get(metric, []))
-        if (
-            j := stats.judge(a.get(metric, []), b.get(metric, []), lower_is_better=lower, rounds=rounds)
-        ) is not None:
-            out[metric] = j
-    return out
+def _judge(base: Figures, mine: Figures) -> Judgements:
+    return {metric: j for metric in LOWER_IS_BETTER if (j := judge(metric, base, mine)) is not None}
 
 
 def drift_of(row: Row, by_run: Mapping[int, Samples]) -> DriftNote | None:

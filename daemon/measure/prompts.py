@@ -9,10 +9,10 @@ import random
 import secrets
 from dataclasses import dataclass, field
 
-from daemon.benchmark.spec import BenchmarkSpec
 from daemon.core.jsontypes import RequestBody, StoredJson
 from daemon.datasets.service import Replay
 from daemon.datasets.shapes import Endpoint, prompt_text
+from daemon.measure.spec import BenchmarkSpec
 
 BUILTIN: tuple[tuple[str, str], ...] = (
     ("chat", "Explain to a new operator what a GPU inference server does, in three short paragraphs."),

@@ -17,11 +17,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
-from daemon.benchmark.experiment_request import ExperimentRequest
-from daemon.benchmark.experiments import Experiments
 from daemon.core.errors import InvalidInput, K25Error, NotFound, UnitNotFound
 from daemon.core.hoststate import HostState
 from daemon.core.run_types import NewRun, Outcome, RunKind
+from daemon.experiments.request import ExperimentRequest
+from daemon.experiments.service import Experiments
 from daemon.host.systemd import ActiveState
 from daemon.host.timers import TimerPort, TimerSpec
 from daemon.runs.jobs import JobKind, Jobs

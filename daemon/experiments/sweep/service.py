@@ -16,15 +16,15 @@ from typing import Protocol
 
 import tomlkit
 
-from daemon.benchmark.compare import Measured, finished
-from daemon.benchmark.sweep.ranking import Metric, SweepResult, sweep_result
-from daemon.benchmark.sweep.variants import Scalar, Sweep, derive
-from daemon.benchmark.verdicts import samples_of
 from daemon.core.errors import Busy, InvalidInput, NotFound
 from daemon.core.jsontypes import StoredJson
 from daemon.core.profiles import NAME_RE, LoadedProfile, ProfileSet
 from daemon.core.run_types import Outcome, RunKind
 from daemon.engines import engine_for
+from daemon.experiments.compare import Measured, finished
+from daemon.experiments.sweep.ranking import Metric, SweepResult, sweep_result
+from daemon.experiments.sweep.variants import Scalar, Sweep, derive
+from daemon.experiments.verdicts import samples_of
 from daemon.store.bench import BenchStore
 
 log = logging.getLogger("k25.bench")

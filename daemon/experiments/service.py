@@ -10,23 +10,23 @@ import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import asdict, dataclass
 
-from daemon.benchmark.experiment_record import Record, Restore, Step
-from daemon.benchmark.experiment_request import ExperimentRequest
-from daemon.benchmark.judging import Judging
-from daemon.benchmark.measurement import Target
-from daemon.benchmark.prompts import PromptSet
-from daemon.benchmark.rounds import orders
-from daemon.benchmark.runner import BenchmarkRunner
-from daemon.benchmark.spec import BenchmarkSpec
-from daemon.benchmark.sweep.ranking import parse_metric
-from daemon.benchmark.sweep.service import Plan, Sweeps
-from daemon.benchmark.sweep.variants import Sweep
-from daemon.benchmark.verdicts import verdict_lines
 from daemon.core.errors import InvalidInput, K25Error, Refused
 from daemon.core.hoststate import HostState
 from daemon.core.jsontypes import StoredJson
 from daemon.core.profiles import ProfileSet
 from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
+from daemon.experiments.judging import Judging
+from daemon.experiments.record import Record, Restore, Step
+from daemon.experiments.request import ExperimentRequest
+from daemon.experiments.rounds import orders
+from daemon.experiments.sweep.ranking import parse_metric
+from daemon.experiments.sweep.service import Plan, Sweeps
+from daemon.experiments.sweep.variants import Sweep
+from daemon.experiments.verdicts import verdict_lines
+from daemon.measure.levels import Target
+from daemon.measure.prompts import PromptSet
+from daemon.measure.runner import BenchmarkRunner
+from daemon.measure.spec import BenchmarkSpec
 from daemon.runs.jobs import JobKind, Jobs, Slot
 from daemon.runs.recorder import RunRecorder
 from daemon.store.bench import BenchStore

@@ -8,18 +8,16 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from daemon.benchmark.stats import Judged
 from daemon.core.jsontypes import StoredJson, VllmSummary
 from daemon.core.run_types import Outcome
+from daemon.experiments.judge import ASSUMED_NOISE, noise_band
+from daemon.experiments.verdict import Judged, Verdict
 
 if TYPE_CHECKING:
     from daemon.store.bench import BenchmarkView
 
-# With a single run per side there is no spread to measure: assume this much (and say so).
-ASSUMED_NOISE = 0.05
 # A category is judged on its own only with this many completed requests on each side.
 MIN_CATEGORY_REQUESTS = 10
-NOISE_FLOOR = 0.01
 LATENCIES = ("ttft", "tpot", "itl", "itl_per_token", "e2el")
 PROVENANCE = ("engine", "engine_version", "model", "drafter", "profile_sha256", "gpu_names", "driver")
 
@@ -55,7 +53,7 @@ class CategoryRow:
     acceptance_length: float | None
     acceptance_rate: float | None
     speedup: float | None = None
-    verdict: str | None = None  # baseline | faster | slower | within noise | too few requests
+    verdict: Verdict | None = None
 
 
 @dataclass
@@ -82,7 +80,7 @@ class Row:
     noise_assumed: bool = False
     # baseline | faster | slower | no difference detected (judged from the requests: `judged`) | within noise
     # (too few requests to judge: the repeats' noise band)
-    verdict: str | None = None
+    verdict: Verdict | None = None
     verdict_text: str | None = None  # "faster: 1.07x [1.04, 1.10]"
     judged: dict[str, Judged] = field(default_factory=dict)  # per-request metric -> its test against the base
     judged_text: dict[str, str] = field(default_factory=dict)  # the same, as "faster: 1.07x [1.04, 1.10]"
@@ -289,32 +287,13 @@ def compare(rows: list[Measured], *, baseline: str, spec_hash: str | None = None
     return out
 
 
-def judge(
-    ratio: float, cv: float | None, base_cv: float | None, *, is_base: bool
-) -> tuple[float, float, bool, str]:
-    """(ratio, noise, noise assumed, verdict) of a ratio over the baseline (above 1: better): the noise is
-    two standard errors of the ratio from both sides' repeats, assumed when a side has a single run."""
-    cvs = [c for c in (cv, base_cv) if c is not None]
-    assumed = len(cvs) < 2 and not is_base
-    noise = ASSUMED_NOISE if assumed else max(NOISE_FLOOR, 2 * math.sqrt(sum(c * c for c in cvs)))
-    if is_base:
-        verdict = "baseline"
-    elif ratio > 1 + noise:
-        verdict = "faster"
-    elif ratio < 1 - noise:
-        verdict = "slower"
-    else:
-        verdict = "within noise"
-    return ratio, noise, assumed, verdict
-
-
 def _verdict(row: Row, base: Row | None) -> None:
     """The row's speedup over the baseline, the noise it is judged against, and the verdict; the same per
     category (per-stream throughput) where both sides have enough requests of it."""
     if base is None or not base.output_throughput or row.output_throughput is None:
         return
     is_base = row.profile == base.profile
-    row.speedup, row.noise, row.noise_assumed, row.verdict = judge(
+    row.speedup, row.noise, row.noise_assumed, row.verdict = noise_band(
         row.output_throughput / base.output_throughput, row.throughput_cv, base.throughput_cv, is_base=is_base
     )
     for name, cat in row.categories.items():
@@ -322,9 +301,9 @@ def _verdict(row: Row, base: Row | None) -> None:
         if other is None or not other.stream_tok_s or cat.stream_tok_s is None:
             continue
         if min(cat.requests, other.requests) < MIN_CATEGORY_REQUESTS:
-            cat.verdict = "too few requests"
+            cat.verdict = Verdict.TOO_FEW
             continue
-        cat.speedup, _, _, cat.verdict = judge(
+        cat.speedup, _, _, cat.verdict = noise_band(
             cat.stream_tok_s / other.stream_tok_s, row.throughput_cv, base.throughput_cv, is_base=is_base
         )
     judged = sorted(

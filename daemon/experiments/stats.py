@@ -23,6 +23,8 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
+from daemon.experiments.verdict import MIN_EFFECT, Judged, Verdict
+
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
@@ -31,54 +33,10 @@ CONFIDENCE = 0.95
 ALPHA = 0.01  # the U test's level for a declared difference
 RESAMPLES = 2000
 MIN_SAMPLES = 8  # per side: fewer and no interval is claimed
-# A difference smaller than this is no difference to an operator, however sure: two equal engines whose
-# requests barely vary (the sandbox's) would otherwise be "faster: 1.00x [1.00, 1.01]".
-MIN_EFFECT = 0.01
-
-
-@dataclass(frozen=True)
-class Judged:
-    """One metric of one profile against the baseline. `ratio` > 1 is better for the profile (for a latency
-    the baseline's mean over the profile's)."""
-
-    ratio: float
-    low: float
-    high: float
-    p_value: float | None  # the U test's (None: a rate, judged by its interval alone)
-    effect: float | None  # rank-biserial correlation of the profile's figures over the baseline's (-1..1)
-    verdict: str  # faster | slower | no difference detected
-    samples: tuple[int, int]  # (baseline, profile)
-    more_needed: int | None  # no difference: `unit`s a side to tell apart a difference of `resolvable`
-    resolvable: float | None  # that difference (the larger of the observed one and MIN_EFFECT)
-    rounds: tuple[int, int] = (1, 1)  # each side's rounds
-    # what the interval covers: "requests" (one round a side: request-to-request noise only) or "rounds"
-    scope: str = "requests"
-
-    @property
-    def unit(self) -> str:
-        return "rounds" if self.scope == "rounds" else "requests"
-
-    @property
-    def within_margin(self) -> bool:
-        """The whole interval within ±MIN_EFFECT of 1: as good as equal."""
-        return 1.0 - MIN_EFFECT <= self.low and self.high <= 1.0 + MIN_EFFECT
-
-    def text(self) -> str:
-        interval = f"{self.ratio:.2f}x [{self.low:.2f}, {self.high:.2f}]"
-        if self.verdict != "no difference detected":
-            return f"{self.verdict}: {interval}"
-        if self.within_margin:
-            return f"no difference detected: {interval}, within ±{100 * MIN_EFFECT:.0f}%"
-        if not self.more_needed:  # sure enough, but the interval reaches past the margin
-            return f"no difference detected: {interval}"
-        need = f" would need ~{self.more_needed} more {self.unit}"
-        return f"no difference detected: ±{100 * (self.resolvable or 0):.1f}%{need}"
-
-
 Rounds = tuple[Sequence[int], Sequence[int]]  # each side's figures per round, in order (counts)
 
 
-def judge(
+def ratio_of_means(
     base: Sequence[float],
     other: Sequence[float],
     *,
@@ -112,7 +70,7 @@ def judge(
     return _judged(ratio, (a.size, b.size), (a, b), lower_is_better, confidence, seed)
 
 
-def judge_rate(
+def ratio_of_rates(
     base: tuple[Sequence[float], Sequence[float]],
     other: tuple[Sequence[float], Sequence[float]],
     *,
@@ -199,9 +157,9 @@ def _judged(
         sure = p is not None and p < ALPHA
         up, down = low > 1.0 and sure and better > 0, high < 1.0 and sure and better < 0
     big = abs(point - 1.0) >= MIN_EFFECT
-    verdict = "faster" if up and big else "slower" if down and big else "no difference detected"
+    verdict = Verdict.FASTER if up and big else Verdict.SLOWER if down and big else Verdict.NO_DIFFERENCE
     more, resolvable = None, None
-    if verdict == "no difference detected":
+    if verdict is Verdict.NO_DIFFERENCE:
         resolvable = max(abs(point - 1.0), MIN_EFFECT)
         n = min(na, nb)
         half = max((high - low) / 2.0, 1e-9)
@@ -259,9 +217,9 @@ def _between_rounds(
     p = float(2.0 * stats.t.sf(abs(center) / se, df))
     big = abs(point - 1.0) >= MIN_EFFECT
     up, down = strict[0] > 1.0 and big, strict[1] < 1.0 and big
-    verdict = "faster" if up else "slower" if down else "no difference detected"
+    verdict = Verdict.FASTER if up else Verdict.SLOWER if down else Verdict.NO_DIFFERENCE
     more, resolvable = None, None
-    if verdict == "no difference detected":
+    if verdict is Verdict.NO_DIFFERENCE:
         resolvable = max(abs(point - 1.0), MIN_EFFECT)
         n = min(ka, kb)
         more = max(0, math.ceil(n * (max((high - low) / 2.0, 1e-9) / resolvable) ** 2) - n)

@@ -11,16 +11,16 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from daemon.benchmark.client import LevelResult, Request, run_level
-from daemon.benchmark.metrics import RequestRecord, by_category, summarize
-from daemon.benchmark.prompts import PromptSet, new_salt, salted
-from daemon.benchmark.spec import BenchmarkSpec
 from daemon.core.jsontypes import RequestBody, VllmSummary
 from daemon.core.profiles import LoadedProfile
 from daemon.core.run_types import Phase, Progress
 from daemon.datasets.shapes import PATHS, salted_body
 from daemon.engines.base import Engine, MetricsSnapshot, delta
 from daemon.engines.client import Prober
+from daemon.measure.client import LevelResult, Request, run_level
+from daemon.measure.metrics import RequestRecord, by_category, summarize
+from daemon.measure.prompts import PromptSet, new_salt, salted
+from daemon.measure.spec import BenchmarkSpec
 from daemon.runs.recorder import RunRecorder
 from daemon.store.bench import LevelRow
 

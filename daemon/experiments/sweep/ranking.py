@@ -8,12 +8,13 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
-from daemon.benchmark import stats
-from daemon.benchmark.compare import Measured, cv, judge, mean, per_position, predicted_fewer
-from daemon.benchmark.sweep.variants import value_text
-from daemon.benchmark.verdicts import Samples, pooled
 from daemon.core.errors import InvalidInput
 from daemon.core.jsontypes import StoredJson, VllmSummary
+from daemon.experiments.compare import Measured, cv, mean, per_position, predicted_fewer
+from daemon.experiments.judge import judge, noise_band
+from daemon.experiments.sweep.variants import value_text
+from daemon.experiments.verdict import Verdict
+from daemon.experiments.verdicts import Samples, by_round
 
 # The per-request figure each metric is judged on (benchmark/verdicts.py): its statistical verdict.
 FAMILY = {"throughput": "throughput", "tpot": "tpot", "ttft": "ttft", "itl": "itl"}
@@ -74,7 +75,7 @@ class SweepRow:
     ratio: float | None = None  # value / base's (for a lower-is-better metric: base's / value)
     noise: float | None = None
     noise_assumed: bool = False
-    verdict: str | None = None
+    verdict: Verdict | None = None
     verdict_text: str | None = None  # judged from the requests: "faster: 1.07x [1.04, 1.10]"
     best: bool = False
 
@@ -144,7 +145,7 @@ def sweep_result(
         if base_row is None or base_row.value is None or row.value is None or not row.value:
             continue
         ratio = row.value / base_row.value if metric.higher_better else base_row.value / row.value
-        row.ratio, row.noise, row.noise_assumed, row.verdict = judge(
+        row.ratio, row.noise, row.noise_assumed, row.verdict = noise_band(
             ratio, row.cv, base_row.cv, is_base=row is base_row
         )
         if samples is not None and row is not base_row:
@@ -170,7 +171,7 @@ def _recommend(out: SweepResult, base_row: SweepRow | None, metric: Metric, prom
         out.recommendation = f"{best.profile} against {base} on {metric.label}: {best.verdict_text}"
         out.promote = f"{promote} '{best.profile}'"
     elif best.ratio is not None and best.noise is not None:
-        sure = "outside the noise" if best.verdict == "faster" else "within the noise: not a sure gain"
+        sure = "outside the noise" if best.verdict is Verdict.FASTER else "within the noise: not a sure gain"
         assumed = " (noise assumed: use repeats)" if best.noise_assumed else ""
         out.recommendation = (
             f"{best.profile}: {best.ratio:.2f}x {base} on {metric.label}, "
@@ -184,10 +185,6 @@ def _recommend(out: SweepResult, base_row: SweepRow | None, metric: Metric, prom
 def _judge_requests(row: SweepRow, base: SweepRow, samples: Mapping[int, Samples], metric: Metric) -> None:
     """The variant's verdict from its requests against the base's (the metric's per-request figure)."""
     family = FAMILY[metric.name.split("@")[0].split("_")[0]]
-    mine, theirs = pooled(row.run_ids, samples), pooled(base.run_ids, samples)
-    if family == "throughput":
-        j = stats.judge_rate((theirs["tokens"], theirs["seconds"]), (mine["tokens"], mine["seconds"]))
-    else:
-        j = stats.judge(theirs[family], mine[family], lower_is_better=not metric.higher_better)
-    if j is not None:
+    mine, theirs = by_round([row.run_ids], samples), by_round([base.run_ids], samples)  # repeats: one round
+    if (j := judge(family, theirs, mine, lower_is_better=not metric.higher_better)) is not None:
         row.verdict, row.verdict_text = j.verdict, j.text()
