@@ -67,6 +67,7 @@ class BenchmarkOut(BaseModel):
     error: SafeOptionalText
     experiment_run_id: int | None = None
     repeat: int = 0
+    round: int | None = None  # the experiment's round it was measured in
     spec: StoredJson | None = None  # None while it runs (stored at its end)
     spec_hash: str | None = None
     prompt_hash: str | None = None

@@ -4,6 +4,7 @@ results, turned into schemas."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from dataclasses import asdict
 from datetime import datetime
 from typing import TypedDict
@@ -212,21 +213,12 @@ def _run_fields(r: Run) -> RunFields:
 
 
 def bench_out(v: BenchmarkView, *, requests: bool) -> BenchmarkOut:
-    b = v.bench
-    return BenchmarkOut(
-        **_run_fields(v.run),
-        profile=b.profile,
-        experiment_run_id=b.experiment_run_id,
-        repeat=b.repeat,
-        spec=v.spec,
-        spec_hash=b.spec_hash,
-        prompt_hash=b.prompt_hash,
-        provenance=ProvenanceOut.model_validate(v.provenance),
-        output_throughput=b.output_throughput,
-        acceptance_length=b.acceptance_length,
-        acceptance_rate=b.acceptance_rate,
-        other_traffic=b.other_traffic,
-        levels=[
+    """The benchmark's own columns by name (BenchmarkOut's fields are named for them), its run's, and the
+    decoded JSON and levels."""
+    derived = {
+        "spec": v.spec,
+        "provenance": ProvenanceOut.model_validate(v.provenance),
+        "levels": [
             BenchmarkLevelOut(
                 concurrency=lv.concurrency,
                 request_rate=lv.request_rate,
@@ -236,19 +228,12 @@ def bench_out(v: BenchmarkView, *, requests: bool) -> BenchmarkOut:
             )
             for lv, summary in zip(v.levels, v.summaries, strict=True)
         ],
-    )
+    }
+    return BenchmarkOut.model_validate(v.bench.model_dump() | _run_fields(v.run) | derived)
 
 
 def schedule_out(s: Schedule) -> ScheduleOut:
-    return ScheduleOut(
-        id=s.id,
-        unit=s.unit,
-        at=s.at,
-        max_running=s.max_running,
-        next_run=s.next_run,
-        active=s.active,
-        request=s.request.model_dump(),
-    )
+    return ScheduleOut.model_validate(dataclasses.asdict(s) | {"request": s.request.model_dump()})
 
 
 def experiment_out(e: ExperimentView) -> ExperimentOut:

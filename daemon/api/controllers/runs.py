@@ -98,40 +98,26 @@ class RunsController:
 
 
 def run_out(view: RunView, *, details: bool) -> RunOut:
+    """The run's own columns by name (RunOut's fields are named for them), and what is derived."""
     r = view.run
     stages = view.load_stages
-    cost = SwitchCostOut.model_validate(r) if r.ready_down_at or r.drain_cut is not None else None
-    return RunOut(
-        switch_cost=cost,
-        id=r.id or 0,
-        kind=r.kind,
-        profile=r.profile,
-        from_profile=r.from_profile,
-        outcome=r.outcome,
-        phase=r.phase,
-        started_at=r.started_at,
-        ended_at=r.ended_at,
-        load_seconds=r.load_seconds,
-        progress=ProgressOut(percent=r.progress_percent, done=r.progress_done, total=r.progress_total),
-        error=r.error,
-        parent_id=r.parent_id,
-        unit=r.unit,
-        argv=view.argv,
-        profile_sha256=r.profile_sha256,
-        served_s=r.served_s,
-        requests=r.requests,
-        prompt_tokens=r.prompt_tokens,
-        generation_tokens=r.generation_tokens,
-        acceptance_length=r.acceptance_length,
-        load_stages=stages,
-        load_breakdown=[StageOut(stage=k, seconds=v) for k, v in segments(stages, r.load_seconds)]
+    derived = {
+        "id": r.id or 0,
+        "switch_cost": SwitchCostOut.model_validate(r)
+        if r.ready_down_at or r.drain_cut is not None
+        else None,
+        "progress": ProgressOut(percent=r.progress_percent, done=r.progress_done, total=r.progress_total),
+        "argv": view.argv,
+        "load_stages": stages,
+        "load_breakdown": [StageOut(stage=k, seconds=v) for k, v in segments(stages, r.load_seconds)]
         if stages
         else None,
-        events=[RunEventOut.model_validate(e) for e in view.events] if details else None,
-        teardowns=[
+        "events": [RunEventOut.model_validate(e) for e in view.events] if details else None,
+        "teardowns": [
             TeardownRecordOut(id=t.id or 0, ok=t.ok, report=TeardownReportOut.model_validate(t.report_data))
             for t in view.teardowns
         ]
         if details
         else None,
-    )
+    }
+    return RunOut.model_validate(r.model_dump() | derived)
