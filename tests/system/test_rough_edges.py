@@ -83,12 +83,13 @@ def test_a_model_under_tmp_is_explained(api: Api, sandbox: SandboxInfo, tmp_path
 
 
 def _venv_under_tmp(where: Path) -> Path:
-    """A virtualenv under /tmp (not the checkout's .venv) that has k25-ctl: its site-packages point at the
-    checkout's environment through a .pth file; its k25-ctl script runs its own python."""
+    """A virtualenv under /tmp (not the checkout's .venv) that has k25-ctl and its sandbox: its site-packages
+    point at the checkout's environment, the checkout and its sandbox/ through a .pth file (a path there
+    runs no editable install's hook); its k25-ctl script runs its own python."""
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(where)], check=True)
     site = next((where / "lib").glob("python3*/site-packages"))
     theirs = next((ROOT / ".venv/lib").glob("python3*/site-packages"))
-    (site / "k25-checkout.pth").write_text(f"{theirs}\n{ROOT}\n")
+    (site / "k25-checkout.pth").write_text(f"{theirs}\n{ROOT}\n{ROOT / 'sandbox'}\n")
     script = where / "bin/k25-ctl"
     script.write_text(
         f"#!{where}/bin/python\nimport sys\nfrom daemon.cli.main import main\nsys.exit(main())\n"
