@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 
 from daemon.api.schemas import AgreementOut, AgreementRequestOut, AnswerOut, KnownAnswerOut
-from daemon.engines.answers import Agreement
+from daemon.proving.agreement import Agreement
 from daemon.proving.known_answer import KnownAnswerView
 
 

@@ -17,8 +17,9 @@ from daemon.core.errors import StoreError
 from daemon.core.profiles import LoadedProfile, ProfileSet
 from daemon.core.run_types import Phase
 from daemon.engines import engine_for
-from daemon.engines.answers import REQUESTS, Agreement, Answer, agreement, first_difference, shorten
+from daemon.engines.answers import REQUESTS, Answer
 from daemon.engines.client import EnginePort, ProbeFailed
+from daemon.proving.agreement import Agreement, agreement, first_difference, shorten
 from daemon.runs.events import RunEvents
 from daemon.runs.recorder import RunRecorder
 from daemon.store.known_answers import AnswerKey, KnownAnswerRow, KnownAnswerStore, argv_sha256

@@ -7,16 +7,8 @@ import pytest
 
 from daemon.core.profiles import Profile
 from daemon.engines import ENGINES
-from daemon.engines.answers import (
-    REQUESTS,
-    Answer,
-    AnswerKind,
-    BadAnswer,
-    agreement,
-    first_difference,
-    parse_answer,
-    request_body,
-)
+from daemon.engines.answers import REQUESTS, Answer, AnswerKind, BadAnswer, parse_answer, request_body
+from daemon.proving.agreement import agreement, first_difference
 
 COMPLETION, CHAT = REQUESTS
 PROFILE = Profile(
