@@ -203,7 +203,7 @@ def compare(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-JUDGED = {"throughput": "tok/s a request", "ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E"}
+JUDGED = {"throughput": "tok/s", "ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E"}
 
 
 def _judged(rows: list[ApiJson]) -> list[str]:
@@ -213,8 +213,9 @@ def _judged(rows: list[ApiJson]) -> list[str]:
         judged, texts = r.get("judged") or {}, r.get("judged_text") or {}
         for key, label in JUDGED.items():
             if (j := judged.get(key)) is not None:
-                n = j["samples"]
-                out.append(f"{r['profile']}: {label}: {texts[key]} ({n[0]} and {n[1]} requests)")
+                n, k = j["samples"], j.get("rounds") or [1, 1]
+                over = f" in {k[0]} and {k[1]} rounds" if j.get("scope") == "rounds" else ""
+                out.append(f"{r['profile']}: {label}: {texts[key]} ({n[0]} and {n[1]} requests{over})")
     return out
 
 

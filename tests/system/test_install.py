@@ -217,6 +217,10 @@ def test_a_fresh_install_serves_and_a_second_changes_nothing(host: Host, tmp_pat
         assert token.read_text().strip()
     assert host.path("/etc/k25-ctl/token").read_text() != host.path("/etc/k25-ctl/capture-token").read_text()
     assert host.path("/usr/local/bin/k25-ctl").readlink() == Path("/opt/k25-ctl/venv/bin/k25-ctl")
+    # A production install carries no test double: no sandbox package, and `k25-ctl sandbox` says so.
+    assert host.sh("/opt/k25-ctl/venv/bin/python", "-c", "import k25_sandbox").returncode != 0
+    missing = host.sh("/usr/local/bin/k25-ctl", "sandbox", "up")
+    assert (missing.returncode, "the sandbox is not installed here" in missing.stderr) == (2, True), missing
     # The operator's profile and settings kept; the stock profiles it lacked added.
     assert "fake_engine" in host.path("/etc/k25-ctl/profiles.d/baseline.toml").read_text()
     assert {p.name for p in host.path("/etc/k25-ctl/profiles.d").iterdir()} == {
