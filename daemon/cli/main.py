@@ -13,6 +13,7 @@ import httpx
 
 from daemon.cli.client import ApiError, ApiJson
 from daemon.cli.exit_codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_USAGE
+from daemon.cli.host import add_host_commands
 from daemon.cli.plugins import sandbox_commands
 from daemon.core.errors import K25Error
 from daemon.core.profiles import PRIVATE_TMP_HINT, model_paths, under_private_tmp
@@ -186,6 +187,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     _remote_commands(sub)
+
+    add_host_commands(sub)
 
     p = sub.add_parser("launch", help="exec the engine of PROFILE (what engine units run)")
     p.add_argument("profile")

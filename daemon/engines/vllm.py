@@ -9,8 +9,10 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from daemon.core.profiles import ParkMode
+from daemon.engines import torch_alloc
 from daemon.engines.base import (
     COMMON_SHM_PATTERNS,
+    PIN_THREADS,
     Engine,
     MetricsSnapshot,
     ParkCalls,
@@ -175,9 +177,16 @@ class VllmEngine(Engine):
             argv += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
         return argv + list(self.park_flags(profile)) + profile.extra_args
 
-    def environment(self, profile: Profile, cache_root: Path | None = None) -> dict[str, str]:
+    def environment(
+        self, profile: Profile, cache_root: Path | None = None, *, pin_threads: int = PIN_THREADS
+    ) -> dict[str, str]:
         park = {ENV_DEV_MODE: "1"} if profile.park is not None else {}  # /sleep is a dev endpoint
-        return park | super().environment(profile, cache_root)
+        env = park | super().environment(profile, cache_root, pin_threads=pin_threads)
+        if profile.park is not None and profile.park_level == 1:
+            # Level 1 pins a backup of the weights at each first park: registered plain pages, not
+            # cudaHostAlloc (docs/engines.md, "Parking: what it costs on the host").
+            env = torch_alloc.with_registered_pinning(env, pin_threads)
+        return env
 
     def park_calls(self, profile: Profile) -> ParkCalls | None:
         if profile.park is None:
@@ -202,6 +211,13 @@ class VllmEngine(Engine):
                 "use park_level = 1"
             )
             problems.append(("park_level", why))
+        if torch_alloc.expandable(profile.environment):
+            why = (
+                "expandable_segments:True in PYTORCH_CUDA_ALLOC_CONF beside sleep mode: vLLM's sleep-mode "
+                "memory pool refuses it (an assert in CuMemAllocator before 0.11; later versions switch it "
+                "off inside the pool, so it gains nothing: pytorch/pytorch#147851): remove it"
+            )
+            problems.append(("environment", why))
         return problems
 
     def check(self, profile: Profile) -> list[tuple[str, str]]:

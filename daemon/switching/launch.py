@@ -33,7 +33,9 @@ def write_launch(settings: Settings, lp: LoadedProfile, *, run_id: int, argv: li
     """Atomically, readable by root only (the environment may carry secrets)."""
     path = launch_file(settings, launch_name(lp.profile.unit, lp.profile.name))
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    env = engine_for(lp.profile).environment(lp.profile, settings.engine_cache_dir)
+    env = engine_for(lp.profile).environment(
+        lp.profile, settings.engine_cache_dir, pin_threads=settings.park_pin_threads
+    )
     data = {"run_id": run_id, "profile_sha256": lp.sha256, "file": str(lp.file), "argv": argv, "env": env}
     tmp = path.with_suffix(".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
@@ -54,7 +56,8 @@ def _render(settings: Settings, name: str) -> tuple[list[str], dict[str, str]]:
     if settings.service_port is not None:  # as the daemon renders it: every engine on the service port
         profile = profile.model_copy(update={"port": settings.service_port})
     engine = engine_for(profile)
-    return engine.argv(profile), engine.environment(profile, settings.engine_cache_dir)
+    env = engine.environment(profile, settings.engine_cache_dir, pin_threads=settings.park_pin_threads)
+    return engine.argv(profile), env
 
 
 def resolve(settings: Settings, name: str) -> tuple[list[str], dict[str, str]]:

@@ -49,3 +49,17 @@ def test_launch_invalid_profile_names_key(tmp_path: Path) -> None:
     assert r.returncode == 2
     assert "'bogus'" in r.stderr
     assert "unknown key" in r.stderr
+
+
+def test_a_parking_vllm_engine_is_launched_with_registered_pinning_from_the_settings(tmp_path: Path) -> None:
+    """Issue 51: the threads torch registers a level-1 park's backup with come from the settings
+    (K25_PARK_PIN_THREADS here), in the environment the engine is exec'd with."""
+    script = "import os; print(os.environ['PYTORCH_CUDA_ALLOC_CONF'])"
+    (tmp_path / "parky.toml").write_text(
+        'engine = "vllm"\nmodel = "/m"\nport = 9101\ntensor_parallel_size = 1\ngpus = [0]\npark = "sleep"\n'
+        f"command = {json.dumps([sys.executable, '-c', script, '--enable-sleep-mode'])}\n"
+    )
+    env = _env(tmp_path) | {"K25_PARK_PIN_THREADS": "32"}
+    out = subprocess.run([K25, "launch", "parky"], env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "pinned_use_cuda_host_register:True,pinned_num_register_threads:32"

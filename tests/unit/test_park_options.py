@@ -127,3 +127,55 @@ def test_a_command_that_wraps_the_engine_in_a_shell_carries_its_flags_inside(tmp
         "lacks --enable-sleep-mode (searched its argv and its shell's -c string for it)" in invalid["noflag"]
     )
     assert "lacks --enable-sleep-mode" in invalid["quoted"]  # one quoted word: the engine sees no flag
+
+
+def test_a_level_1_park_pins_by_registered_pages_and_refuses_expandable_segments(tmp_path: Path) -> None:
+    """Issue 51: a vLLM profile that parks at level 1 runs with torch's registered pinning
+    (pinned_use_cuda_host_register, pinned_num_register_threads from the settings), merged into the
+    allocator settings the profile gives; level 2, SGLang and a profile that does not park pin nothing;
+    expandable_segments:True beside sleep mode is refused with the reason."""
+    vllm = BASE.format(engine="vllm", port="{port}") + 'park = "sleep"\n'
+    valid, invalid = _load(
+        tmp_path,
+        v=vllm,
+        mine=vllm
+        + '[environment]\nPYTORCH_CUDA_ALLOC_CONF = "max_split_size_mb:512,pinned_num_register_threads:4"\n',
+        newer=vllm + '[environment]\nPYTORCH_ALLOC_CONF = "roundup_power2_divisions:4"\n',
+        v2=vllm + "park_level = 2\n",
+        s=BASE.format(engine="sglang", port="{port}") + 'park = "release"\n',
+        plain=BASE.format(engine="vllm", port="{port}"),
+        grows=vllm + '[environment]\nPYTORCH_CUDA_ALLOC_CONF = "expandable_segments:True"\n',
+        grows2=vllm
+        + '[environment]\nPYTORCH_ALLOC_CONF = "garbage_collection_threshold:0.6,expandable_segments:true"\n',
+    )
+    assert set(invalid) == {"grows", "grows2"}, invalid
+    assert (
+        "key 'environment': expandable_segments:True in PYTORCH_CUDA_ALLOC_CONF beside sleep mode"
+        in invalid["grows"]
+    )
+    assert "pytorch/pytorch#147851" in invalid["grows2"]
+    p = {n: valid[n].profile for n in valid}  # type: ignore[attr-defined]
+    env = {n: engine_for(q).environment(q, pin_threads=16) for n, q in p.items()}
+    assert (
+        env["v"]["PYTORCH_CUDA_ALLOC_CONF"]
+        == "pinned_use_cuda_host_register:True,pinned_num_register_threads:16"
+    )
+    assert env["mine"]["PYTORCH_CUDA_ALLOC_CONF"] == (
+        "max_split_size_mb:512,pinned_num_register_threads:4,pinned_use_cuda_host_register:True"
+    )  # the profile's own keys win
+    assert env["newer"]["PYTORCH_ALLOC_CONF"].endswith("pinned_num_register_threads:16")
+    assert "PYTORCH_CUDA_ALLOC_CONF" not in env["newer"]
+    for name in ("v2", "s", "plain"):
+        assert not any("ALLOC_CONF" in k for k in env[name]), (name, env[name])
+
+
+def test_the_pin_threads_setting_is_a_power_of_two() -> None:
+    import pytest
+    from pydantic import ValidationError
+
+    from daemon.core.settings import Settings
+
+    assert Settings(park_pin_threads=16).park_pin_threads == 16
+    for bad in (6, 0, 256):
+        with pytest.raises(ValidationError):
+            Settings(park_pin_threads=bad)
