@@ -214,6 +214,10 @@ class Engine(ABC):
         them."""
         return profile.park is not None and profile.park_level == 1
 
+    def park_pins_registered(self, profile: Profile) -> bool:
+        """Whether the engine's park pins by registered pages (the rendered torch allocator settings)."""
+        return False
+
     def park_calls(self, profile: Profile) -> ParkCalls | None:
         """The HTTP calls that park and wake it (None: it cannot park)."""
         return None

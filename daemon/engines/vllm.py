@@ -188,6 +188,9 @@ class VllmEngine(Engine):
             env = torch_alloc.with_registered_pinning(env, pin_threads)
         return env
 
+    def park_pins_registered(self, profile: Profile) -> bool:
+        return self.park_pins_weights(profile)  # environment() renders registered pinning for level 1
+
     def park_calls(self, profile: Profile) -> ParkCalls | None:
         if profile.park is None:
             return None

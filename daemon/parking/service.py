@@ -23,6 +23,8 @@ from daemon.engines.probing import in_flight, probe_generation
 from daemon.host.systemd import SystemdPort
 from daemon.parking import guards
 from daemon.parking.budget import RamBudget, RamPlan
+from daemon.parking.costs import Way
+from daemon.parking.forecast import ParkForecast, said
 from daemon.proving.known_answer import KnownAnswers
 from daemon.proving.sleep import NotParked, asleep, says_sleeping
 from daemon.runs.events import RunEvents
@@ -41,6 +43,7 @@ class _Entry:
     info: ParkedInfo
     profile: Profile  # as its file says now (after a restart) or said when it was parked
     sha256: str  # of the file it was started from
+    way: Way | None = None  # how it parked, as predicted (None: readopted after a restart)
 
 
 def _since(info: ParkedInfo) -> str:
@@ -59,6 +62,7 @@ class Parking:
         jobs: Jobs,
         answers: KnownAnswers,
         budget: RamBudget,
+        forecast: ParkForecast,
         max_parked: int | None,
         stop_timeout_s: float,
     ) -> None:
@@ -70,6 +74,7 @@ class Parking:
         self.jobs = jobs
         self.answers = answers  # every wake is proven by the answer recorded after the cold start
         self.budget = budget  # host RAM for pinned weights: as many park as fit
+        self.forecast = forecast  # each park and wake says what the host's rates predicted
         self.max_parked = max_parked
         self.stop_timeout_s = stop_timeout_s
         self._parked: dict[str, _Entry] = {}
@@ -134,14 +139,19 @@ class Parking:
             await events.phase(
                 Phase.PARKING, f"putting {p.name} to sleep (level {p.park_level}) instead of stopping it"
             )
+            began = time.monotonic()
             info = await self._sleep(run_id, lp, calls, plan.ram_bytes)
         except NotParked as e:
             log.warning("run %d: not parking %s: %s; it is stopped instead", run_id, p.name, e)
             await events.phase(Phase.PARKING, f"not parked: {e}; stopping {p.name} instead")
             return False
-        await self._set(_Entry(info, p, lp.sha256))
+        took = time.monotonic() - began
+        way = await asyncio.to_thread(self.forecast.way, p, info.main_pid)
+        self.forecast.parked(info.main_pid)
+        await self._set(_Entry(info, p, lp.sha256, way))
         held = ", ".join(f"GPU {g}: {mib} MiB" for g, mib in sorted(info.gpu_mib.items()))
-        detail = f"parked {p.name} (main PID {info.main_pid}); still held: {held or 'nothing'}"
+        detail = f"parked {p.name} (main PID {info.main_pid}) {said(took, way, wake=False)}; "
+        detail += f"still held: {held or 'nothing'}"
         if info.host_ram_bytes:
             detail += f"; {info.host_ram_bytes / GIB:.1f} GiB of weights in host RAM"
         log.info("run %d: %s", run_id, detail)
@@ -227,7 +237,8 @@ class Parking:
             await self.release(run_id, p.name, f"wake failed: {e}; it is stopped and started cold")
             return None
         await self._forget(p.name)
-        await events.phase(Phase.WAKING, f"{p.name} woke in {seconds:.1f}s and serves")
+        how = said(seconds, entry.way, wake=True) if entry.way else f"in {seconds:.1f}s"
+        await events.phase(Phase.WAKING, f"{p.name} woke {how} and serves")
         return seconds
 
     async def _wake(self, run_id: int, lp: LoadedProfile, calls: ParkCalls, events: RunEvents) -> float:
@@ -293,6 +304,7 @@ class Parking:
         info = await self._forget(name)
         if info is None:
             return False
+        self.forecast.gone(info.main_pid)
         log.warning("%sstopping parked %s: %s", f"run {run_id}: " if run_id else "", name, why)
         if run_id is not None:
             await self.recorder.event(run_id, Phase.STOP, f"stopping parked {name}: {why}")
@@ -337,6 +349,7 @@ class Parking:
         info = self.of_unit(unit)
         if info is not None:
             await self._forget(info.profile)
+            self.forecast.gone(info.main_pid)
             log.error("parked %s is gone: %s", info.profile, how)
         return info
 

@@ -19,6 +19,7 @@ from daemon.api.controllers.teardown import TeardownController
 from daemon.capture.sink import CaptureSink
 from daemon.core.command import k25_command
 from daemon.core.hoststate import StateHub
+from daemon.core.profiles import Profile
 from daemon.core.settings import Settings
 from daemon.datasets.service import Datasets
 from daemon.experiments.judging import Judging
@@ -28,7 +29,9 @@ from daemon.experiments.timers import Schedules
 from daemon.host.pagecache import PageCache, mem_available
 from daemon.measure.relative import RelativeThroughput
 from daemon.measure.runner import BenchmarkRunner
+from daemon.parking import rates as park_rates
 from daemon.parking.budget import RamBudget, default_budget
+from daemon.parking.forecast import ParkForecast
 from daemon.parking.service import Parking
 from daemon.proving.known_answer import KnownAnswers
 from daemon.runs.jobs import Jobs
@@ -203,9 +206,17 @@ def _parking(b: _Basics, answers: KnownAnswers, warmer: Warmer) -> Parking:
             mem_available=mem_available,
             reserve_bytes=b.s.park_ram_reserve_bytes,
         ),
+        forecast=ParkForecast(
+            rates=lambda: park_rates.load(b.s.state_dir), weights=lambda p: _weights(warmer, p)
+        ),
         max_parked=b.s.max_parked,
         stop_timeout_s=b.s.stop_timeout_s,
     )
+
+
+def _weights(warmer: Warmer, p: Profile) -> tuple[int, float]:
+    scan = warmer.scan(p)
+    return scan.bytes, scan.percent / 100.0
 
 
 def _units(b: _Basics, incidents: Incidents, parking: Parking, watch: ServingWatch) -> UnitFollower:

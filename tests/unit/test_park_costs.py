@@ -133,3 +133,30 @@ def test_k25_ctl_host_shows_each_way_for_a_parking_profile(tmp_path: Path) -> No
     missing = subprocess.run([K25, "host", "calibrate"], env=env, capture_output=True, text=True, timeout=60)
     assert missing.returncode == 2
     assert "--python PATH" in missing.stderr
+
+
+def test_the_forecast_knows_a_process_that_pinned_before() -> None:
+    """A process's first level-1 park pins (registered for vLLM, whose environment k25-ctl renders; not
+    for SGLang's backup), its later parks copy only (the block kept), a new process pins afresh; level 2
+    reloads from the page cache as far as the weights are resident."""
+    from daemon.core.profiles import ParkMode, Profile
+    from daemon.parking.forecast import ParkForecast, said
+
+    def profile(engine: str, park: ParkMode, level: int = 1) -> Profile:
+        return Profile(name="p", engine=engine, model="/m", port=9000, tensor_parallel_size=8,  # type: ignore[arg-type]
+                       gpus=list(range(8)), park=park, park_level=level)  # fmt: skip
+
+    forecast = ParkForecast(rates=lambda: DEFAULT_RATES, weights=lambda p: (547 * 10**9, 1.0))
+    vllm = profile("vllm", ParkMode.SLEEP)
+    assert forecast.way(vllm, 101).name == "level 1, first park (registered pinning)"
+    forecast.parked(101)
+    assert forecast.way(vllm, 101).name == "level 1, later park"
+    assert forecast.way(vllm, 202).name == "level 1, first park (registered pinning)"  # another process
+    forecast.gone(101)
+    assert forecast.way(vllm, 101).name == "level 1, first park (registered pinning)"
+    assert (
+        forecast.way(profile("sglang", ParkMode.RELEASE), 303).name == "level 1, first park (default pinning)"
+    )
+    two = forecast.way(profile("vllm", ParkMode.SLEEP, level=2), 404)
+    assert (two.name, two.ram_bytes) == ("level 2, reload from page cache", 0)
+    assert said(9.62, two, wake=True) == "in 9.6s (predicted 9.6s: level 2, reload from page cache)"

@@ -1,0 +1,44 @@
+"""Each park and wake predicted from the host's rates (parking/costs.py), so that every park and wake run
+records what the model expected beside what it measured. A process that has pinned its backup once keeps
+it (torch's caching host allocator, vllm#16663): its later parks are the copy alone."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from daemon.core.profiles import Profile
+from daemon.engines import engine_for
+from daemon.parking import costs
+
+Weights = Callable[[Profile], tuple[int, float]]  # (weight bytes, the share resident in the page cache)
+
+
+class ParkForecast:
+    def __init__(self, *, rates: Callable[[], costs.HostRates], weights: Weights) -> None:
+        self.rates = rates  # read at each forecast: `k25-ctl host calibrate` may have measured anew
+        self.weights = weights  # blocking (a residency scan): called through asyncio.to_thread
+        self._pinned: set[int] = set()  # main PIDs whose processes pinned a backup already
+
+    def way(self, p: Profile, main_pid: int) -> costs.Way:
+        """The way this park of `p` (its engine's main PID) goes, with its seconds. Blocking."""
+        size, resident = self.weights(p)
+        shape = costs.Shape(size, workers=p.tensor_parallel_size, gpus=len(p.gpus))
+        rates, engine = self.rates(), engine_for(p)
+        if not engine.park_pins_weights(p):
+            return costs.level2(shape, rates, resident=resident)
+        if main_pid in self._pinned:
+            return costs.level1_again(shape, rates)
+        return costs.level1_first(shape, rates, registered=engine.park_pins_registered(p))
+
+    def parked(self, main_pid: int) -> None:
+        """This process pinned its backup: its next park reuses the block."""
+        self._pinned.add(main_pid)
+
+    def gone(self, main_pid: int) -> None:
+        """This process ended: a new one pins afresh."""
+        self._pinned.discard(main_pid)
+
+
+def said(seconds: float, way: costs.Way, wake: bool) -> str:
+    predicted = way.wake_s if wake else way.park_s
+    return f"in {seconds:.1f}s (predicted {predicted:.1f}s: {way.name})"
