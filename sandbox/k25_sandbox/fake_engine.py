@@ -106,6 +106,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument(sg.FLAG_WEIGHTS_CPU_BACKUP, dest="cpu_backup", action="store_true")
     p.add_argument("--wake-gbps", type=float, default=20.0, help="parking: weights back at this rate")
     p.add_argument("--reload-gbps", type=float, default=100.0, help="reload_weights reads them at this rate")
+    p.add_argument("--pin-gbps", type=float, default=0.0, help="a first park pins its backup at this rate")
+    p.add_argument("--pin-mib", type=int, default=0, help="the host RAM that backup really takes (MiB)")
     p.add_argument("--answer-salt", default="", help="answer other tokens (another model, a broken drafter)")
     p.add_argument("--max-running", type=int, default=0, help="requests run at once; more wait (0: no cap)")
     p.add_argument("--fault", action="append", choices=FAULTS, default=[])
@@ -182,6 +184,15 @@ def _read_weights(folder: Path, prefix: str) -> float:
     return size / 2**30
 
 
+def _reread(folder: Path) -> None:
+    """reload_weights after a level-2 wake: every shard read again, as fast as the page cache (or the disk,
+    for what it evicted) gives it."""
+    for shard in sorted(folder.glob("*.safetensors")):
+        with shard.open("rb") as f:
+            while f.read(8 * 2**20):
+                pass
+
+
 def _progress(prefix: str, n: int, total: int) -> None:
     line = base.LOAD_PROGRESS_LINE.format(
         pct=100.0 * n / total, n=n, total=total, elapsed="00:01", left="00:01", rate="1.00it/s"
@@ -229,6 +240,9 @@ def _park_config(args: argparse.Namespace, gib: float) -> ParkConfig | None:
         wake_s=gib * 2**30 / (args.wake_gbps * 1e9),
         reload_s=gib * 2**30 / (args.reload_gbps * 1e9),
         cpu_backup=args.cpu_backup,
+        pin_s=gib * 2**30 / (args.pin_gbps * 1e9) if args.pin_gbps > 0 else 0.0,
+        pin_bytes=args.pin_mib * 2**20,
+        reread=(lambda: _reread(args.weights)) if args.weights is not None else None,
         faults=PARK_FAULTS & set(args.fault),
     )
 

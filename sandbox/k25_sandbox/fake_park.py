@@ -10,6 +10,7 @@ is logged as the engine logs it, so a test reads their order in the unit's journ
 from __future__ import annotations
 
 import asyncio
+import mmap
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -39,6 +40,12 @@ class ParkConfig:
     wake_s: float = 0.0  # the weights back from host RAM (level 1, a CPU backup)
     reload_s: float = 0.0  # reload_weights: the weights read again from the checkpoint
     cpu_backup: bool = False  # SGLang's --enable-weights-cpu-backup
+    # The backup's pinning, as on a real host (docs/parking.md): a first park pins for pin_s and holds
+    # pin_bytes of real host RAM; the block stays in the process after the wake (torch keeps it), so a
+    # later park is the copy alone. 0: no pinning physics.
+    pin_s: float = 0.0
+    pin_bytes: int = 0
+    reread: Callable[[], None] | None = None  # reload_weights reads the weight files again (level 2)
     # sleep-keeps-memory, wake-fails, wake-corrupts, wake-zero-acceptance, no-collective-rpc
     faults: frozenset[str] = frozenset()
 
@@ -51,6 +58,7 @@ class FakePark:
     lose_drafter: Callable[[], None]  # the drafter's weights not reloaded (the wake-zero-acceptance fault)
     asleep: set[str] = field(default_factory=set)  # the parts whose GPU memory is given back
     kept: bool = True  # the sleep kept a copy of the weights to restore
+    block: bytearray | None = None  # the pinned backup's host RAM, kept after the wake
 
     @property
     def sleeping(self) -> bool:
@@ -80,6 +88,11 @@ class FakePark:
             await asyncio.to_thread(self.workers.release)
         if not self.asleep:
             self.kept = level == 1 if self.cfg.flavor == "vllm" else self.cfg.cpu_backup
+            if self.kept and self.block is None and (self.cfg.pin_s or self.cfg.pin_bytes):
+                began = asyncio.get_running_loop().time()
+                self.block = await asyncio.to_thread(_pinned, self.cfg.pin_bytes)
+                await asyncio.sleep(max(0.0, self.cfg.pin_s - (asyncio.get_running_loop().time() - began)))
+                log(f"sleep: pinned a {self.cfg.pin_bytes / 2**20:.0f} MiB backup in {self.cfg.pin_s:.2f}s")
         self.asleep = set(PARTS)
         return JSONResponse({"success": True})
 
@@ -110,9 +123,20 @@ class FakePark:
             return JSONResponse({"error": f"no method {method!r}"}, status_code=400)
         if "weights" in self.asleep:
             return JSONResponse({"error": "the weights are asleep: wake them first"}, status_code=500)
-        await asyncio.sleep(self.cfg.reload_s)
+        if self.cfg.reread is not None:  # from the page cache or the disk, as the files are now
+            await asyncio.to_thread(self.cfg.reread)
+        else:
+            await asyncio.sleep(self.cfg.reload_s)
         self.weights.ok = True
         return JSONResponse({"results": [None]})
 
     async def is_sleeping(self, _: Request) -> Response:
         return JSONResponse({"is_sleeping": self.sleeping})
+
+
+def _pinned(size: int) -> bytearray:
+    """`size` bytes of host RAM, every page touched (resident, as pinned pages are)."""
+    block = bytearray(size)
+    view = memoryview(block)
+    view[:: mmap.PAGESIZE] = b"\x01" * len(range(0, size, mmap.PAGESIZE))
+    return block

@@ -154,3 +154,27 @@ def test_the_corrupting_wake_fault(start: Start) -> None:
     assert engine.post("/wake_up") == 200
     assert engine.complete() == 200
     assert engine.answer() != before
+
+
+def _rss(engine: Engine) -> int:
+    return int(psutil.Process(engine.proc.pid).memory_info().rss)
+
+
+def test_a_first_park_pins_at_the_host_rate_and_the_block_stays(start: Start) -> None:
+    """Issue 51: the fake parks with a real host's physics. Its first level-1 park pins the backup at the
+    configured rate (68 GiB at 100 GB/s: ~0.73 s) into real host RAM (64 MiB here: its RSS grows); the
+    woken engine keeps that block (its RSS stays up, as torch's caching allocator keeps it); a second park
+    is the copy alone."""
+    engine = start("vllm", "--pin-gbps", "100", "--pin-mib", "64")
+    before = _rss(engine)
+    first = httpx.post(f"{engine.url}/sleep", params={"level": 1}, timeout=30)
+    assert first.status_code == 200
+    pinned = _rss(engine)
+    assert pinned - before >= 60 * 2**20, (before, pinned)
+    assert first.elapsed.total_seconds() >= 0.7  # 68.1234 GiB / 100 GB/s = 0.73 s
+    assert httpx.post(f"{engine.url}/wake_up").status_code == 200
+    assert _rss(engine) - before >= 60 * 2**20  # the woken engine still holds its backup
+    second = httpx.post(f"{engine.url}/sleep", params={"level": 1}, timeout=30)
+    assert second.status_code == 200
+    assert second.elapsed.total_seconds() < first.elapsed.total_seconds() / 2  # the block reused
+    assert _rss(engine) - pinned < 16 * 2**20  # and no second block
