@@ -114,7 +114,9 @@ class Profile(BaseModel):
     # compile caches stay; weights go to host RAM at level 1); what it may still hold per GPU; and whether
     # its dev endpoints may listen on a non-loopback address.
     park: ParkMode | None = None
-    park_level: int = Field(default=1, ge=1, le=2)
+    # 1: weights to pinned host RAM; 2: dropped, reloaded at the wake; "auto": chosen at each park
+    # (parking/levels.py) from what each way costs on this host and whether level 1 fits.
+    park_level: Literal[1, 2, "auto"] = 1
     park_residual_mib: int = Field(default=6144, ge=0)
     park_expose_ok: bool = False
 

@@ -182,7 +182,7 @@ class VllmEngine(Engine):
     ) -> dict[str, str]:
         park = {ENV_DEV_MODE: "1"} if profile.park is not None else {}  # /sleep is a dev endpoint
         env = park | super().environment(profile, cache_root, pin_threads=pin_threads)
-        if profile.park is not None and profile.park_level == 1:
+        if profile.park is not None and profile.park_level != 2:  # 1, or "auto" (which may take 1)
             # Level 1 pins a backup of the weights at each first park: registered plain pages, not
             # cudaHostAlloc (docs/engines.md, "Parking: what it costs on the host").
             env = torch_alloc.with_registered_pinning(env, pin_threads)

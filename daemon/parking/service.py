@@ -21,10 +21,11 @@ from daemon.engines.base import Engine, ParkCalls
 from daemon.engines.client import EnginePort, ProbeFailed, ProbeProgress
 from daemon.engines.probing import in_flight, probe_generation
 from daemon.host.systemd import SystemdPort
-from daemon.parking import guards
+from daemon.parking import guards, levels
 from daemon.parking.budget import RamBudget, RamPlan
 from daemon.parking.costs import Way
 from daemon.parking.forecast import ParkForecast, said
+from daemon.parking.levels import at_level
 from daemon.proving.known_answer import KnownAnswers
 from daemon.proving.sleep import NotParked, asleep, says_sleeping
 from daemon.runs.events import RunEvents
@@ -128,11 +129,14 @@ class Parking:
         """Put the engine of `lp` (drained, no longer serving) to sleep; False when it is not parkable or a
         guard refused (recorded): then the caller stops it as usual."""
         p, engine = lp.profile, engine_for(lp.profile)
-        calls = engine.park_calls(p)
-        if calls is None:
+        if engine.park_calls(p) is None:
             return False
         events = RunEvents(self.recorder, run_id)
         try:
+            p = await self._level(p, target, events)
+            calls = engine.park_calls(p)
+            if calls is None:
+                return False
             plan = await self._guards(p, target, engine)
             for old in plan.evict:
                 await self.release(run_id, old.profile, self.budget.reason(p, plan))
@@ -140,7 +144,7 @@ class Parking:
                 Phase.PARKING, f"putting {p.name} to sleep (level {p.park_level}) instead of stopping it"
             )
             began = time.monotonic()
-            info = await self._sleep(run_id, lp, calls, plan.ram_bytes)
+            info = await self._sleep(run_id, p, lp.sha256, calls, plan.ram_bytes)
         except NotParked as e:
             log.warning("run %d: not parking %s: %s; it is stopped instead", run_id, p.name, e)
             await events.phase(Phase.PARKING, f"not parked: {e}; stopping {p.name} instead")
@@ -157,6 +161,18 @@ class Parking:
         log.info("run %d: %s", run_id, detail)
         await events.phase(Phase.PARKING, detail)
         return True
+
+    async def _level(self, p: Profile, target: Profile, events: RunEvents) -> Profile:
+        """`park_level = "auto"` decided for this park (levels.py) and said on the run; otherwise `p`."""
+        if p.park_level != "auto":
+            return p
+        pid = (await self.systemd.state(p.unit)).main_pid
+        others = [(e.profile, e.info) for name, e in self._parked.items() if name != target.name]
+        p, why = await levels.decide(
+            p, main_pid=pid, forecast=self.forecast, budget=self.budget, parked=others
+        )
+        await events.phase(Phase.PARKING, why)
+        return p
 
     async def _guards(self, p: Profile, target: Profile, engine: Engine) -> RamPlan:
         """Every guard before the sleep; the weight bytes it will pin in host RAM (0: none) and the parked
@@ -196,14 +212,13 @@ class Parking:
         if why := guards.fit_problem(target, fraction, gpus, td.idle_mib, held):
             raise NotParked(why)
 
-    async def _sleep(self, run_id: int, lp: LoadedProfile, calls: ParkCalls, ram: int) -> ParkedInfo:
+    async def _sleep(self, run_id: int, p: Profile, sha256: str, calls: ParkCalls, ram: int) -> ParkedInfo:
         """The sleep and its proof. Recorded in the store before the call (with the residual it may keep),
         so that a daemon that dies meanwhile readopts an engine that sleeps as parked, not as active."""
-        p = lp.profile
         st = await self.systemd.state(p.unit)
         bound = {g: p.park_residual_mib for g in p.gpus}
-        info = ParkedInfo(p.name, p.unit, time.time(), p.park_level, st.main_pid, bound, ram, run_id)
-        await asyncio.to_thread(self.store.save, info, lp.sha256)
+        info = ParkedInfo(p.name, p.unit, time.time(), int(p.park_level), st.main_pid, bound, ram, run_id)
+        await asyncio.to_thread(self.store.save, info, sha256)
         try:
             measured = await asleep(
                 self.prober, self.teardown, p, calls, (st.main_pid, st.control_group), await self.spared()
@@ -220,9 +235,10 @@ class Parking:
         non-zero acceptance too). The wake's seconds, or None: then it was stopped (recorded) and the caller
         starts it cold."""
         p = lp.profile
-        entry, calls = self._parked.get(p.name), engine_for(p).park_calls(p)
+        entry = self._parked.get(p.name)
         if entry is None:
             return None
+        calls = engine_for(p).park_calls(at_level(p, entry.info.level))  # the level it parked at
         events = RunEvents(self.recorder, run_id)
         info = entry.info
         await events.phase(
@@ -379,5 +395,5 @@ class Parking:
             return f"its unit cannot be read: {e}"
         if st.is_down or st.main_pid != info.main_pid:
             return f"{info.unit} is {st.active_state} with main PID {st.main_pid} (parked: {info.main_pid})"
-        calls = engine_for(lp.profile).park_calls(lp.profile)
+        calls = engine_for(lp.profile).park_calls(at_level(lp.profile, info.level))
         return await says_sleeping(self.prober, lp.profile, calls, True) if calls is not None else None

@@ -157,3 +157,37 @@ async def test_a_profile_that_answers_otherwise_from_the_first_token_is_warned_a
             shown["text"]
             == "vs baseline: completion: differs from token 0 of 4; chat: differs from token 0 of 4"
         )
+
+
+async def test_auto_takes_level_2_for_weights_a_parked_profile_shares_and_level_1_otherwise(
+    tmp_path: Path,
+) -> None:
+    """Issue 51: `park_level = "auto"`. pa parks first: nothing else is parked and its pinned bytes fit,
+    so level 1 (a fast wake). pb, on the same weight files (resident: a profile on weights the page cache
+    holds), parks while pa is parked: level 2, nothing pinned. Each run says which level, why, and each
+    way's predicted seconds; the wake of pb takes level 2's way back (the weights reloaded)."""
+    async with running_env(tmp_path, park_ram_reserve_bytes=0) as env:
+        auto = 'park = "sleep"\npark_level = "auto"\n'
+        for name, port in (("pa", 9111), ("pb", 9112)):
+            (tmp_path / "profiles.d" / f"{name}.toml").write_text(PROFILE.format(port=port) + auto)
+            env.systemd.known.add(f"k25-engine@{name}.service")
+        assert (await env.client.post("/profiles/reload", headers=env.auth)).status_code == 200
+        for name in ("pa", "pb"):
+            env.prober.json_answers[(name, "/is_sleeping")] = {"is_sleeping": True}
+        await _activate(env, "pa")
+        away_a = await _activate(env, "pb")  # pa parks
+        said_a = next(d for d in _details(away_a, "parking") if d.startswith("park_level auto"))
+        assert said_a.startswith("park_level auto: level 1, a fast wake"), said_a
+        assert re.search(r"level 1: park \d+\.\ds, wake \d+\.\ds, [\d.]+ GB pinned; level 2: park", said_a)
+        assert ("pa", "/sleep?level=1") in env.prober.calls
+        away_b = await _activate(env, "alpha")  # pb parks beside pa, on the same weights
+        said_b = next(d for d in _details(away_b, "parking") if d.startswith("park_level auto"))
+        assert said_b.startswith(
+            "park_level auto: level 2, its weights are resident in the page cache and shared with parked pa"
+        ), said_b
+        assert ("pb", "/sleep?level=2") in env.prober.calls
+        st = (await env.client.get("/status")).json()
+        assert {p["profile"]: p["level"] for p in st["parked"]} == {"pa": 1, "pb": 2}
+        env.prober.json_answers[("pb", "/is_sleeping")] = {"is_sleeping": False}
+        await _activate(env, "pb")  # the wake of a level-2 park reloads the weights
+        assert ("pb", "/collective_rpc") in env.prober.calls

@@ -12,6 +12,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import Literal
 
 import pytest
 
@@ -142,7 +143,7 @@ def test_the_forecast_knows_a_process_that_pinned_before() -> None:
     from daemon.core.profiles import ParkMode, Profile
     from daemon.parking.forecast import ParkForecast, said
 
-    def profile(engine: str, park: ParkMode, level: int = 1) -> Profile:
+    def profile(engine: str, park: ParkMode, level: Literal[1, 2] = 1) -> Profile:
         return Profile(name="p", engine=engine, model="/m", port=9000, tensor_parallel_size=8,  # type: ignore[arg-type]
                        gpus=list(range(8)), park=park, park_level=level)  # fmt: skip
 
@@ -160,3 +161,36 @@ def test_the_forecast_knows_a_process_that_pinned_before() -> None:
     two = forecast.way(profile("vllm", ParkMode.SLEEP, level=2), 404)
     assert (two.name, two.ram_bytes) == ("level 2, reload from page cache", 0)
     assert said(9.62, two, wake=True) == "in 9.6s (predicted 9.6s: level 2, reload from page cache)"
+
+
+def test_auto_chooses_a_level_and_says_why() -> None:
+    """Issue 51's park_level = "auto", pure: level 2 for weights a parked profile shares in the page cache
+    or when level 1 would not fit, level 1 for a fast wake otherwise, always level 1 with a drafter."""
+    from daemon.core.profiles import ParkMode, Profile, SpeculativeConfig
+    from daemon.parking.levels import at_level, choose, describe
+
+    p = Profile(name="p", engine="vllm", model="/m", port=9000, park=ParkMode.SLEEP, park_level="auto")
+    shape = Shape(547 * 10**9, workers=8, gpus=8)
+    ways = {
+        1: costs.level1_first(shape, DEFAULT_RATES, registered=True),
+        2: costs.level2(shape, DEFAULT_RATES, resident=1.0),
+    }
+    assert choose(p, no_room=None, shared_with=None, ways=ways).level == 1
+    shared = choose(p, no_room=None, shared_with="baseline", ways=ways)
+    assert (shared.level, shared.why) == (
+        2,
+        "its weights are resident in the page cache and shared with parked baseline: a 9.6s reload pins nothing",
+    )
+    assert (
+        choose(p, no_room="547.0 GB do not fit", shared_with=None, ways=ways).why
+        == "level 1 would not fit: 547.0 GB do not fit"
+    )
+    spec = p.model_copy(update={"speculative": SpeculativeConfig(draft_model="/d", num_speculative_tokens=3)})
+    assert choose(spec, no_room="no", shared_with="baseline", ways=ways).level == 1
+    assert at_level(p, 2).park_level == 2
+    text = describe(shared, ways)
+    assert text.startswith("park_level auto: level 2, its weights are resident")
+    assert (
+        "level 1: park 36.6s, wake 1.4s, 547.0 GB pinned; level 2: park 0.0s, wake 9.6s, 0.0 GB pinned"
+        in text
+    )
