@@ -246,6 +246,15 @@ class ParkedOut(Out):
     run_id: int  # the run that parked it
 
 
+class HeldRamOut(Out):
+    """The host RAM an engine's process tree holds (serving or parked): the RAM ledger."""
+
+    profile: str
+    main_pid: int
+    bytes: int
+    parked: bool
+
+
 class ParkBudgetOut(Out):
     """Host RAM for parked engines' pinned weights: the budget and what is pinned now."""
 
@@ -279,6 +288,7 @@ class StatusOut(Out):
     job: str | None = None  # its progress, one line
     parked: list[ParkedOut] = []  # engines asleep for a fast switch back (parking)
     park_budget: ParkBudgetOut | None = None  # host RAM the parked engines may pin
+    ram_held: list[HeldRamOut] = []  # the host RAM each engine's processes hold (parked or serving)
 
 
 class ResidencyOut(Out):

@@ -52,6 +52,17 @@ class ParkedInfo:
 
 
 @dataclass(frozen=True)
+class HeldRam:
+    """The host RAM an engine's process tree holds (resident: a parked engine's backup, or the block a woken
+    vLLM kept), as the sampler last read it."""
+
+    profile: str
+    main_pid: int
+    bytes: int
+    parked: bool
+
+
+@dataclass(frozen=True)
 class ParkBudget:
     """The host RAM parked engines may pin (park_ram_budget_bytes) and what they pin now."""
 
@@ -79,6 +90,7 @@ class HostStatus:
     job: str | None = None  # what the jobs in progress are doing, one line
     parked: tuple[ParkedInfo, ...] = ()  # engines asleep for a fast switch back
     park_budget: ParkBudget = ParkBudget()
+    ram_held: tuple[HeldRam, ...] = ()  # the RAM ledger: each engine's process tree, serving or parked
 
     @property
     def job_line(self) -> JobLine:
@@ -154,6 +166,9 @@ class StateHub:
 
     def parked(self, engines: tuple[ParkedInfo, ...], budget: ParkBudget) -> HostStatus:
         return self._set(replace(self.status, parked=engines, park_budget=budget))
+
+    def ram_held(self, held: tuple[HeldRam, ...]) -> HostStatus:
+        return self._set(replace(self.status, ram_held=held))
 
     def set_job(self, line: JobLine) -> HostStatus:
         return self._set(replace(self.status, job_run_id=line.run_id, job=line.text))

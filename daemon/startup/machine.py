@@ -12,6 +12,7 @@ from daemon.core.settings import Settings
 from daemon.engines.client import EnginePort, Prober
 from daemon.host.gpu import GpuView
 from daemon.host.journal import JournalctlJournal, JournalPort
+from daemon.host.memory import NoMemory, ProcessMemory, PsutilMemory
 from daemon.host.systemd import SdbusSystemd, SystemdPort, open_system_bus
 from daemon.host.timers import NoTimers, SdbusTimers, TimerPort
 from daemon.measure.client import new_client
@@ -31,6 +32,7 @@ class HostPorts:
     prober: EnginePort
     bench_http: HttpFactory = field(default=lambda n, t: new_client(t, n))  # the benchmark's requests
     timers: TimerPort = field(default_factory=NoTimers)  # transient systemd timers (scheduled experiments)
+    memory: ProcessMemory = field(default_factory=NoMemory)  # engines' host RAM (the RAM ledger)
 
 
 def real_ports(settings: Settings) -> HostPorts:
@@ -43,6 +45,7 @@ def real_ports(settings: Settings) -> HostPorts:
         gpus=gpus,
         teardown=build_teardown(settings, gpus),
         prober=Prober(),
+        memory=PsutilMemory(),
     )
 
 

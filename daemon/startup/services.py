@@ -19,7 +19,6 @@ from daemon.api.controllers.teardown import TeardownController
 from daemon.capture.sink import CaptureSink
 from daemon.core.command import k25_command
 from daemon.core.hoststate import StateHub
-from daemon.core.profiles import Profile
 from daemon.core.settings import Settings
 from daemon.datasets.service import Datasets
 from daemon.experiments.judging import Judging
@@ -32,6 +31,7 @@ from daemon.measure.runner import BenchmarkRunner
 from daemon.parking import rates as park_rates
 from daemon.parking.budget import RamBudget, default_budget
 from daemon.parking.forecast import ParkForecast
+from daemon.parking.ledger import RamLedger
 from daemon.parking.service import Parking
 from daemon.proving.known_answer import KnownAnswers
 from daemon.runs.jobs import Jobs
@@ -206,17 +206,10 @@ def _parking(b: _Basics, answers: KnownAnswers, warmer: Warmer) -> Parking:
             mem_available=mem_available,
             reserve_bytes=b.s.park_ram_reserve_bytes,
         ),
-        forecast=ParkForecast(
-            rates=lambda: park_rates.load(b.s.state_dir), weights=lambda p: _weights(warmer, p)
-        ),
+        forecast=ParkForecast(rates=lambda: park_rates.load(b.s.state_dir), weights=warmer.weights),
         max_parked=b.s.max_parked,
         stop_timeout_s=b.s.stop_timeout_s,
     )
-
-
-def _weights(warmer: Warmer, p: Profile) -> tuple[int, float]:
-    scan = warmer.scan(p)
-    return scan.bytes, scan.percent / 100.0
 
 
 def _units(b: _Basics, incidents: Incidents, parking: Parking, watch: ServingWatch) -> UnitFollower:
@@ -336,6 +329,9 @@ def _sampler(b: _Basics, serving_store: ServingStore) -> HostSampler:
         gpu_every_s=b.s.gpu_sample_s,
         strays_every_s=b.s.strays_sample_s,
         maintenance=functools.partial(retention, serving_store, b.s),
+        ledger=RamLedger(
+            memory=b.host.memory, systemd=b.host.systemd, profiles=b.inventory.current, hub=b.recorder.hub
+        ).sample,
     )
 
 

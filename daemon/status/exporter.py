@@ -202,6 +202,14 @@ class K25Collector:
         gpu = GaugeMetricFamily(
             "k25_parked_gpu_memory_mib", "GPU memory a parked profile still holds", labels=["profile", "gpu"]
         )
+        held = GaugeMetricFamily(
+            "k25_engine_host_ram_bytes",
+            "host RAM an engine's processes hold (the RAM ledger; parked: 1 while it sleeps)",
+            labels=["profile", "parked"],
+        )
+        for h in self.hub.status.ram_held:
+            held.add_metric([h.profile, "1" if h.parked else "0"], float(h.bytes))
+        yield held
         for p in self.hub.status.parked:
             parked.add_metric([p.profile], 1.0)
             ram.add_metric([p.profile], float(p.host_ram_bytes))

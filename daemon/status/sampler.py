@@ -32,6 +32,7 @@ class HostSampler:
         gpu_every_s: float,
         strays_every_s: float,
         maintenance: Callable[[], Awaitable[None]] | None = None,
+        ledger: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.view = gpus
         self.teardown = teardown
@@ -45,6 +46,7 @@ class HostSampler:
         self._settled = asyncio.Event()  # a switch or wake has just ended
         self.strays: list[Victim] = []
         self.maintenance = maintenance  # hourly: retention of runs and metric rows
+        self.ledger = ledger  # after each GPU sample: the host RAM each engine holds
         self._tasks: list[asyncio.Task[None]] = []
 
     async def sample_gpus(self) -> None:
@@ -90,6 +92,8 @@ class HostSampler:
             self._settled.clear()
             try:
                 await self.sample_gpus()
+                if self.ledger is not None:
+                    await self.ledger()
                 now = time.monotonic()
                 if now - strays_at >= self.strays_every_s:
                     strays_at = now

@@ -88,6 +88,11 @@ class Warmer:
         """Blocking: call through asyncio.to_thread."""
         return self._scan(profile)[0]
 
+    def weights(self, profile: Profile) -> tuple[int, float]:
+        """The weights' bytes and the share resident in the page cache. Blocking."""
+        scan = self.scan(profile)
+        return scan.bytes, scan.percent / 100.0
+
     def _scan(self, profile: Profile) -> tuple[Residency, list[FileResidency]]:
         """The profile's residency (kept as its latest), and each file's, which a warm plans with."""
         began = time.monotonic()

@@ -8,13 +8,19 @@ import os
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import httpx
 import psutil
 import pytest
 
+from daemon.core.hoststate import StateHub
 from daemon.engines import ENGINES
+from daemon.engines.checks import load_checked_profiles
+from daemon.host.memory import PsutilMemory
+from daemon.host.systemd import UnitState
+from daemon.parking.ledger import RamLedger
 from k25_sandbox.ports import free_port
 from tests.waiting import eventually_sync
 
@@ -178,3 +184,43 @@ def test_a_first_park_pins_at_the_host_rate_and_the_block_stays(start: Start) ->
     assert second.status_code == 200
     assert second.elapsed.total_seconds() < first.elapsed.total_seconds() / 2  # the block reused
     assert _rss(engine) - pinned < 16 * 2**20  # and no second block
+
+
+class _OneUnit:
+    """systemd as the ledger asks it: the active profile's unit runs with this main PID."""
+
+    def __init__(self, pid: int) -> None:
+        self.pid = pid
+
+    async def state(self, unit: str) -> UnitState:
+        return UnitState(
+            unit, "loaded", "active", "running", "success", self.pid, f"/system.slice/{unit}", 0, 0
+        )
+
+
+async def test_the_ram_ledger_counts_the_block_a_woken_engine_kept(start: Start, tmp_path: Path) -> None:
+    """Issue 51: the RAM ledger reads each engine's process tree (psutil): after a park (64 MiB pinned)
+    and a wake, the serving engine still holds its backup, and the ledger says so; a change of less than a
+    step is not published again."""
+    engine = start("vllm", "--pin-gbps", "1000", "--pin-mib", "64")
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / "fake.toml").write_text(
+        'engine = "vllm"\nmodel = "/m"\nport = 9300\ntensor_parallel_size = 1\ngpus = [0]\npark = "sleep"\n'
+    )
+    profiles = load_checked_profiles(tmp_path / "p")
+    hub = StateHub()
+    hub.status = replace(hub.status, active_profile="fake")  # the fake serves (as the switch would say)
+    ledger = RamLedger(
+        memory=PsutilMemory(), systemd=_OneUnit(engine.proc.pid), profiles=lambda: profiles, hub=hub
+    )
+    await ledger.sample()
+    before = hub.status.ram_held
+    assert [(h.profile, h.main_pid, h.parked) for h in before] == [("fake", engine.proc.pid, False)]
+    async with httpx.AsyncClient(base_url=engine.url, timeout=30) as c:
+        assert (await c.post("/sleep", params={"level": 1})).status_code == 200
+        assert (await c.post("/wake_up")).status_code == 200
+    await ledger.sample()
+    after = hub.status.ram_held
+    assert after[0].bytes - before[0].bytes >= 60 * 2**20, (before, after)  # the kept block, counted
+    await ledger.sample()
+    assert hub.status.ram_held is after  # moved less than a step: not published again
