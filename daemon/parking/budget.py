@@ -6,7 +6,7 @@ engine is stopped as before parking existed)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from daemon.core.hoststate import ParkBudget, ParkedInfo
@@ -26,6 +26,8 @@ class RamPlan:
 
     ram_bytes: int
     evict: tuple[guards.Pinned, ...] = ()
+    # what forced the evictions: "budget" (park_ram_budget_bytes) or "reserve" (MemAvailable - reserve)
+    bound: str = "budget"
 
 
 class RamBudget:
@@ -36,28 +38,41 @@ class RamBudget:
         weight_bytes: Callable[[Profile], int],
         mem_available: Callable[[], int],
         reserve_bytes: int,
+        held: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self.budget_bytes = budget_bytes
         self._weight_bytes = weight_bytes
         self._mem_available = mem_available
         self.reserve_bytes = reserve_bytes
+        self._held = held  # the RAM ledger: each parked engine's host RAM as last read (parking/ledger.py)
 
     def of(self, parked: tuple[ParkedInfo, ...]) -> ParkBudget:
         return ParkBudget(self.budget_bytes, sum(p.host_ram_bytes for p in parked))
 
     async def plan(self, p: Profile, others: list[ParkedInfo]) -> RamPlan:
-        """Whether `p`'s weights may be pinned beside `others` (guards.NoRoom or a RAM problem: no)."""
+        """Whether `p`'s weights may be pinned beside `others` (guards.NoRoom or a RAM problem: no), and the
+        parked engines to stop first, least recently used first: for the budget, then for the reserve (what
+        MemAvailable would leave). What stopping one frees is the RAM ledger's figure of it (its recorded
+        weights where the ledger has none)."""
         ram = await asyncio.to_thread(self._weight_bytes, p)
-        pinned = [guards.Pinned(o.profile, o.since, o.host_ram_bytes) for o in others]
+        held = self._held()
+        pinned = [guards.Pinned(o.profile, o.since, held.get(o.profile, o.host_ram_bytes)) for o in others]
         evict = guards.evictions(pinned, ram, self.budget_bytes)
+        available = await asyncio.to_thread(self._mem_available)
+        more = guards.evictions_for_reserve(pinned, evict, ram, available, self.reserve_bytes)
         # What the kernel says now, plus what the evictions will give back.
-        available = await asyncio.to_thread(self._mem_available) + sum(e.ram_bytes for e in evict)
-        if why := guards.ram_problem(ram, available, self.reserve_bytes):
+        freed = sum(e.ram_bytes for e in (*evict, *more))
+        if why := guards.ram_problem(ram, available + freed, self.reserve_bytes):
             raise guards.NoRoom(why)
-        return RamPlan(ram, tuple(evict))
+        return RamPlan(ram, (*evict, *more), "reserve" if more else "budget")
 
     def reason(self, p: Profile, plan: RamPlan) -> str:
         """Why a parked engine is stopped for `p`'s park (on the run and in the journal)."""
+        if plan.bound == "reserve":
+            return (
+                f"least recently used: parking {p.name} pins {size(plan.ram_bytes)} and MemAvailable "
+                f"would fall under park_ram_reserve_bytes ({size(self.reserve_bytes)}) beside it"
+            )
         return (
             f"least recently used: parking {p.name} pins {size(plan.ram_bytes)} and "
             f"park_ram_budget_bytes ({size(self.budget_bytes)}) holds no more beside it"

@@ -98,5 +98,24 @@ def evictions(parked: list[Pinned], need: int, budget: int) -> list[Pinned]:
     return out
 
 
+def evictions_for_reserve(
+    parked: list[Pinned], chosen: list[Pinned], need: int, available: int, reserve: int
+) -> list[Pinned]:
+    """More parked engines to stop, least recently used first, so that pinning `need` leaves MemAvailable
+    at the reserve or above (what the `chosen` ones free counted); [] where it fits, or where even all of
+    them would not make room (then the park is refused: nothing is stopped for nothing)."""
+    room = available + sum(p.ram_bytes for p in chosen) - reserve
+    rest = [p for p in sorted(parked, key=lambda p: p.since) if p not in chosen and p.ram_bytes]
+    if need <= room or need > room + sum(p.ram_bytes for p in rest):
+        return []
+    out = []
+    for p in rest:
+        out.append(p)
+        room += p.ram_bytes
+        if need <= room:
+            break
+    return out
+
+
 class NoRoom(Exception):
     """No park fits the RAM budget: the engine is stopped as usual."""

@@ -205,6 +205,7 @@ def _parking(b: _Basics, answers: KnownAnswers, warmer: Warmer) -> Parking:
             weight_bytes=lambda p: warmer.scan(p).bytes,
             mem_available=mem_available,
             reserve_bytes=b.s.park_ram_reserve_bytes,
+            held=lambda: {h.profile: h.bytes for h in b.recorder.hub.status.ram_held if h.parked and h.bytes},
         ),
         forecast=ParkForecast(rates=lambda: park_rates.load(b.s.state_dir), weights=warmer.weights),
         max_parked=b.s.max_parked,

@@ -83,3 +83,40 @@ def test_only_a_level_one_park_pins_weights() -> None:
     assert not engine_for(v2).park_pins_weights(v2)
     assert engine_for(s).park_pins_weights(s)
     assert not engine_for(_profile("n", 9000)).park_pins_weights(_profile("n", 9000))
+
+
+def test_a_park_that_would_pass_the_reserve_stops_the_least_recently_used_first() -> None:
+    """Issue 51: MemAvailable must stay at the reserve or above after a park pins its weights. Parked
+    engines are stopped for it, least recently used first (what each frees: its RAM as the ledger read
+    it); where even stopping all of them would not make room, none is stopped and the park is refused."""
+    a = g.Pinned("a", since=1.0, ram_bytes=30)
+    b = g.Pinned("b", since=0.5, ram_bytes=20)
+    c = g.Pinned("c", since=2.0, ram_bytes=0)
+    # 100 available, reserve 50: room for 50; a park of 40 fits as it is.
+    assert g.evictions_for_reserve([a, b, c], [], 40, 100, 50) == []
+    assert g.evictions_for_reserve([a, b, c], [], 60, 100, 50) == [b]  # b the least recently used
+    assert g.evictions_for_reserve([a, b, c], [], 90, 100, 50) == [b, a]
+    assert g.evictions_for_reserve([a, b, c], [b], 75, 100, 50) == [a]  # b is stopped for the budget already
+    assert g.evictions_for_reserve([a, b, c], [], 101, 100, 50) == []  # all of them would not do: refused
+
+
+async def test_the_budget_plan_keeps_the_reserve_with_the_ledgers_figures() -> None:
+    from daemon.core.hoststate import ParkedInfo
+    from daemon.core.profiles import ParkMode, Profile
+    from daemon.parking.budget import RamBudget
+
+    p = Profile(name="p", engine="vllm", model="/m", port=9000, park=ParkMode.SLEEP)
+    parked = [
+        ParkedInfo("old", "u1", 1.0, 1, 11, {}, 10 * GIB, 1),
+        ParkedInfo("new", "u2", 2.0, 1, 12, {}, 10 * GIB, 2),
+    ]
+    ledger = {"old": 14 * GIB, "new": 10 * GIB}  # the old one kept more than its weights
+    budget = RamBudget(budget_bytes=100 * GIB, weight_bytes=lambda _: 12 * GIB, mem_available=lambda: 70 * GIB,
+                       reserve_bytes=64 * GIB, held=lambda: ledger)  # fmt: skip
+    plan = await budget.plan(p, parked)
+    assert ([e.profile for e in plan.evict], plan.bound) == (["old"], "reserve")  # 70 + 14 - 64 >= 12
+    assert "MemAvailable would fall under park_ram_reserve_bytes (64.0 GiB)" in budget.reason(p, plan)
+    tight = RamBudget(budget_bytes=100 * GIB, weight_bytes=lambda _: 50 * GIB, mem_available=lambda: 70 * GIB,
+                      reserve_bytes=64 * GIB, held=lambda: ledger)  # fmt: skip
+    with pytest.raises(g.NoRoom, match="MemAvailable"):
+        await tight.plan(p, parked)  # 70 + 24 - 64 < 50: refused, nothing stopped
