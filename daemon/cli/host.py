@@ -6,6 +6,7 @@ as root; the daemon reads them from its state directory."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -53,18 +54,19 @@ def show(args: argparse.Namespace) -> int:
     r = rates.load(s.state_dir)
     warmer = Warmer(PageCache(), mem_available=mem_available, reserve=0, workers=1, block=s.warm_block_bytes)
     parked = [lp.profile for lp in load_checked_profiles(s.profiles_path).valid.values() if lp.profile.park]
-    out: dict[str, object] = {"rates": r.as_json(), "profiles": {}}
+    each: dict[str, list[dict[str, object]]] = {}
     lines = [_rates_text(r)]
     for p in parked:
         scan = warmer.scan(p)
         shape, resident = _shape(p, scan.bytes), scan.percent / 100.0
         ways = costs.ways(shape, r, resident=resident)
-        out["profiles"][p.name] = [w.__dict__ for w in ways]  # type: ignore[index]
+        each[p.name] = [dataclasses.asdict(w) for w in ways]
         lines.append(
             f"{p.name}: {scan.bytes / 1e9:.1f} GB of weights, {resident:.0%} resident, "
             f"{shape.workers} workers on {shape.gpus} GPUs"
         )
         lines += table(shape, r, resident)
+    out = {"rates": r.as_json(), "profiles": each}
     print(json.dumps(out, indent=2, default=str) if args.json else "\n".join(lines))
     return EXIT_OK
 

@@ -83,3 +83,11 @@ def test_nothing_points_outside_the_repository() -> None:
     for name in ("README.md", "install.sh", "mkdocs.yml", "pyproject.toml"):
         found += [f"{name}: {m.group(0)}" for m in OUTSIDE.finditer((ROOT / name).read_text())]
     assert found == []
+
+
+def test_the_headline_figure_is_said_one_way() -> None:
+    """Issue 49: the manual called the verdict's figure a mean of per-request throughput in one place and a
+    ratio of sums in another; the code takes the sums."""
+    page = (DOCS / "benchmarks.md").read_text()
+    assert "each the sum of its\n  completed requests' tokens over the sum of their times" in page
+    assert "mean per-request output throughput" not in page
