@@ -55,16 +55,23 @@ class RamBudget:
         MemAvailable would leave). What stopping one frees is the RAM ledger's figure of it (its recorded
         weights where the ledger has none)."""
         ram = await asyncio.to_thread(self._weight_bytes, p)
-        held = self._held()
-        pinned = [guards.Pinned(o.profile, o.since, held.get(o.profile, o.host_ram_bytes)) for o in others]
+        # The budget counts pinned weights (as recorded); what stopping an engine gives back to
+        # MemAvailable is all its processes hold (the ledger's figure).
+        pinned = [guards.Pinned(o.profile, o.since, o.host_ram_bytes) for o in others]
         evict = guards.evictions(pinned, ram, self.budget_bytes)
+        held = self._held()
+        frees = [guards.Pinned(o.profile, o.since, held.get(o.profile, o.host_ram_bytes)) for o in others]
+        chosen = [f for f in frees if f.profile in {e.profile for e in evict}]
         available = await asyncio.to_thread(self._mem_available)
-        more = guards.evictions_for_reserve(pinned, evict, ram, available, self.reserve_bytes)
+        more = guards.evictions_for_reserve(frees, chosen, ram, available, self.reserve_bytes)
         # What the kernel says now, plus what the evictions will give back.
-        freed = sum(e.ram_bytes for e in (*evict, *more))
+        freed = sum(e.ram_bytes for e in (*chosen, *more))
         if why := guards.ram_problem(ram, available + freed, self.reserve_bytes):
             raise guards.NoRoom(why)
-        return RamPlan(ram, (*evict, *more), "reserve" if more else "budget")
+        also = {m.profile for m in more}
+        return RamPlan(
+            ram, (*evict, *(x for x in pinned if x.profile in also)), "reserve" if more else "budget"
+        )
 
     def reason(self, p: Profile, plan: RamPlan) -> str:
         """Why a parked engine is stopped for `p`'s park (on the run and in the journal)."""

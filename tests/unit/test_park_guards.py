@@ -120,3 +120,20 @@ async def test_the_budget_plan_keeps_the_reserve_with_the_ledgers_figures() -> N
                       reserve_bytes=64 * GIB, held=lambda: ledger)  # fmt: skip
     with pytest.raises(g.NoRoom, match="MemAvailable"):
         await tight.plan(p, parked)  # 70 + 24 - 64 < 50: refused, nothing stopped
+
+
+async def test_the_budget_counts_pinned_weights_not_all_an_engine_holds() -> None:
+    """The budget (park_ram_budget_bytes) is for pinned weights: a parked engine's whole process tree (the
+    ledger's figure, here 50 MiB beside its 1 MiB of weights) does not count against it. CI caught the
+    ledger's figure used there: a second park evicted the first in a 2.5 MiB budget."""
+    from daemon.core.hoststate import ParkedInfo
+    from daemon.core.profiles import ParkMode, Profile
+    from daemon.parking.budget import RamBudget
+
+    mib = 2**20
+    p = Profile(name="pb", engine="vllm", model="/m", port=9000, park=ParkMode.SLEEP)
+    parked = [ParkedInfo("pa", "u1", 1.0, 1, 11, {}, mib, 1)]
+    budget = RamBudget(budget_bytes=int(2.5 * mib), weight_bytes=lambda _: mib, mem_available=lambda: 64 * GIB,
+                       reserve_bytes=0, held=lambda: {"pa": 50 * mib})  # fmt: skip
+    plan = await budget.plan(p, parked)
+    assert (plan.evict, plan.ram_bytes) == ((), mib)

@@ -29,6 +29,11 @@ def test_page_activate_with_live_progress(page: Any, api: Api, sandbox: SandboxI
     )
     assert page.text_content("#state") == "active"
     assert page.locator("button[data-activate]").count() >= 3
+    # The RAM ledger (issue 51): the serving engine's processes and the host RAM they hold.
+    page.wait_for_function(
+        "/^host RAM: baseline [0-9.]+ [MG]iB/.test(document.getElementById('ram-held').textContent)",
+        timeout=30000,
+    )
 
     page.click("button[data-activate='slow']")
     page.wait_for_selector("#switch-card:not([hidden])", timeout=15000)

@@ -59,6 +59,8 @@ function renderStatus(st) {
     + ` (${Object.values(p.gpu_mib).reduce((a, b) => a + b, 0)} MiB GPU, ${(p.host_ram_bytes / 2 ** 30).toFixed(1)} GiB RAM)`).join("; ");
   const budget = st.park_budget;
   $("park-budget").textContent = budget ? `park RAM budget: ${size(budget.used_bytes)} pinned of ${size(budget.budget_bytes)}` : "";
+  const held = st.ram_held || [];
+  $("ram-held").textContent = held.length ? "host RAM: " + held.map((h) => `${h.profile}${h.parked ? " (parked)" : ""} ${size(h.bytes)}`).join(", ") : "";
   document.querySelectorAll("button[data-activate]").forEach((b) => b.disabled = st.state === "switching");
 }
 
