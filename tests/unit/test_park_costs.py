@@ -61,6 +61,21 @@ def test_the_seed_hosts_table_in_the_manual_is_the_models() -> None:
     assert 35 < registered < default < 55  # "roughly 35-50 s" (issue 51)
 
 
+CALIBRATED = {  # `host calibrate` on the H200 machine, 2026-12-04 (tests/gpu/test_park_cost_gpu.py's run)
+    "pin_process": 1.29, "pin_host": 4.7, "pin_process_registered": 5.45, "pin_host_registered": 9.43,
+    "device_to_host": 51.38, "host_to_device": 51.4, "page_cache": 7.38, "disk": 1.41,
+}  # fmt: skip
+
+
+def test_the_seed_hosts_table_from_the_calibrated_rates_is_the_models() -> None:
+    r = costs.HostRates.of(CALIBRATED)
+    rows = [*costs.ways(SEED, r, resident=1.0), costs.level2(SEED, r, resident=0.0)]
+    page = (ROOT / "docs" / "parking.md").read_text()
+    for w in rows:
+        line = f"| {w.name} | {w.park_s:.1f} | {w.wake_s:.1f} | {w.ram_bytes / 1e9:.0f} GB |"
+        assert line in page, line
+
+
 def test_rates_are_stored_with_their_time_and_the_defaults_say_so(tmp_path: Path) -> None:
     assert rates.load(tmp_path) is DEFAULT_RATES
     assert DEFAULT_RATES.measured_at is None
