@@ -62,6 +62,11 @@ def status(args: argparse.Namespace) -> int:
         prog = f" {pct}% ({st['progress_done']}/{st['progress_total']})" if pct is not None else ""
         lines.append(f"run      {st['run_id']} -> {st['target_profile']}: {st['phase']}{prog}")
     lines += [describe_parked(pk) for pk in st.get("parked") or []]
+    if held := st.get("ram_held"):  # the RAM ledger
+        each = (
+            f"{h['profile']}{' (parked)' if h['parked'] else ''} {h['bytes'] / 2**30:.2f} GiB" for h in held
+        )
+        lines.append("host RAM " + ", ".join(each))
     age = _age(st.get("gpus_sampled_at"))
     for g in st["gpus"]:
         lines.append(

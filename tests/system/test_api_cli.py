@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -72,6 +73,10 @@ def test_cli_activate_wait_and_exit_codes(api: Api, sandbox: SandboxInfo) -> Non
     api.wait_until(lambda: api.status()["state"] == "active", what="rollback after the failed switch")
     status = json.loads(_cli(sandbox, "status", "--json").stdout)
     assert status["active_profile"] == "vllm-eagle3"
+    # The RAM ledger (issue 51): the serving engine's processes read after a GPU sample, then in words.
+    api.wait_until(lambda: any(h["profile"] == "vllm-eagle3" for h in api.status()["ram_held"]),
+                   what="the RAM ledger read the engine", within_s=60)  # fmt: skip
+    assert re.search(r"^host RAM vllm-eagle3 \d+\.\d\d GiB", _cli(sandbox, "status").stdout, re.M)
     same = _cli(sandbox, "activate", "vllm-eagle3", "--dry-run")
     assert (same.returncode, same.stdout.strip()) == (
         0,
