@@ -45,5 +45,10 @@ def with_registered_pinning(env: Mapping[str, str], threads: int) -> dict[str, s
     return dict(env) | {name: render(conf)}
 
 
+def registered(env: Mapping[str, str]) -> bool:
+    """Whether torch in this environment pins by registered pages."""
+    return parse(env.get(variable(env), "")).get(REGISTER, "").lower() == "true"
+
+
 def expandable(env: Mapping[str, str]) -> bool:
     return any(parse(env.get(v, "")).get(EXPANDABLE, "").lower() == "true" for v in VARIABLES)

@@ -189,7 +189,8 @@ class VllmEngine(Engine):
         return env
 
     def park_pins_registered(self, profile: Profile) -> bool:
-        return self.park_pins_weights(profile)  # environment() renders registered pinning for level 1
+        """Level 1 as launched: registered unless the profile's own allocator settings turn it off."""
+        return self.park_pins_weights(profile) and torch_alloc.registered(self.environment(profile))
 
     def park_calls(self, profile: Profile) -> ParkCalls | None:
         if profile.park is None:
