@@ -12,7 +12,6 @@ import sys
 from pathlib import Path
 
 from daemon.cli.exit_codes import EXIT_OK, EXIT_USAGE
-from daemon.core.profiles import Profile
 from daemon.core.settings import load_settings
 from daemon.engines import engine_for
 from daemon.engines.checks import load_checked_profiles
@@ -35,15 +34,11 @@ def _rates_text(r: costs.HostRates) -> str:
     )
 
 
-def table(shape: costs.Shape, r: costs.HostRates, resident: float) -> list[str]:
+def _table(ways: list[costs.Way]) -> list[str]:
     rows = [f"  {'way':44} {'park s':>8} {'wake s':>8} {'host RAM':>10}"]
-    for w in costs.ways(shape, r, resident=resident):
+    for w in ways:
         rows.append(f"  {w.name:44} {w.park_s:8.1f} {w.wake_s:8.1f} {w.ram_bytes / 1e9:8.0f} GB")
     return rows
-
-
-def _shape(profile: Profile, weight_bytes: int) -> costs.Shape:
-    return costs.Shape(weight_bytes, profile.tensor_parallel_size, len(profile.gpus))
 
 
 def show(args: argparse.Namespace) -> int:
@@ -57,15 +52,15 @@ def show(args: argparse.Namespace) -> int:
     each: dict[str, list[dict[str, object]]] = {}
     lines = [_rates_text(r)]
     for p in parked:
-        scan = warmer.scan(p)
-        shape, resident = _shape(p, scan.bytes), scan.percent / 100.0
+        size, resident = warmer.weights(p)
+        shape = costs.Shape.of(p, size)
         ways = costs.ways(shape, r, resident=resident)
         each[p.name] = [dataclasses.asdict(w) for w in ways]
         lines.append(
-            f"{p.name}: {scan.bytes / 1e9:.1f} GB of weights, {resident:.0%} resident, "
+            f"{p.name}: {size / 1e9:.1f} GB of weights, {resident:.0%} resident, "
             f"{shape.workers} workers on {shape.gpus} GPUs"
         )
-        lines += table(shape, r, resident)
+        lines += _table(ways)
     out = {"rates": r.as_json(), "profiles": each}
     print(json.dumps(out, indent=2, default=str) if args.json else "\n".join(lines))
     return EXIT_OK

@@ -17,11 +17,11 @@ def command_words(command: Sequence[str]) -> tuple[list[str], bool]:
     words = list(command)
     if not command or Path(command[0]).name not in SHELLS or "-c" not in command[1:]:
         return words, False
-    script = command[command.index("-c", 1) + 1 : command.index("-c", 1) + 2]
-    if not script:
+    at = command.index("-c", 1) + 1
+    if at >= len(command):
         return words, False
     try:
-        return words + shlex.split(script[0], comments=True), True
+        return words + shlex.split(command[at], comments=True), True
     except ValueError:  # unbalanced quotes: the shell would refuse it too; only the argv is known
         return words, False
 

@@ -68,10 +68,7 @@ class RamBudget:
         freed = sum(e.ram_bytes for e in (*chosen, *more))
         if why := guards.ram_problem(ram, available + freed, self.reserve_bytes):
             raise guards.NoRoom(why)
-        also = {m.profile for m in more}
-        return RamPlan(
-            ram, (*evict, *(x for x in pinned if x.profile in also)), "reserve" if more else "budget"
-        )
+        return RamPlan(ram, (*evict, *more), "reserve" if more else "budget")
 
     def reason(self, p: Profile, plan: RamPlan) -> str:
         """Why a parked engine is stopped for `p`'s park (on the run and in the journal)."""

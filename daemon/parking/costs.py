@@ -15,6 +15,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from datetime import datetime
 
+from daemon.core.profiles import Profile
+
 GIB = 1024**3
 
 
@@ -82,6 +84,11 @@ class Shape:
     weight_bytes: int
     workers: int
     gpus: int
+
+    @classmethod
+    def of(cls, p: Profile, weight_bytes: int) -> Shape:
+        """A profile's shape: its tensor-parallel workers on its GPUs."""
+        return cls(weight_bytes, workers=p.tensor_parallel_size, gpus=len(p.gpus))
 
     def per_gpu_gib(self) -> float:
         return self.weight_bytes / GIB / max(1, self.gpus)

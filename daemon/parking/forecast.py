@@ -20,9 +20,13 @@ class ParkForecast:
         self._pinned: set[int] = set()  # main PIDs whose processes pinned a backup already
 
     def way(self, p: Profile, main_pid: int) -> costs.Way:
-        """The way this park of `p` (its engine's main PID) goes, with its seconds. Blocking."""
-        size, resident = self.weights(p)
-        shape = costs.Shape(size, workers=p.tensor_parallel_size, gpus=len(p.gpus))
+        """The way this park of `p` (its engine's main PID) goes, with its seconds. Blocking (a scan)."""
+        return self.way_with(p, main_pid, self.weights(p))
+
+    def way_with(self, p: Profile, main_pid: int, weights: tuple[int, float]) -> costs.Way:
+        """The same from weights already scanned: (bytes, the share resident)."""
+        size, resident = weights
+        shape = costs.Shape.of(p, size)
         rates, engine = self.rates(), engine_for(p)
         if not engine.park_pins_weights(p):
             return costs.level2(shape, rates, resident=resident)

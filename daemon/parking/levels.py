@@ -65,8 +65,9 @@ async def decide(
     parked: list[tuple[Profile, ParkedInfo]],  # the other parked engines: their profiles and records
 ) -> tuple[Profile, str]:
     """The profile at the level this park takes, and the run's words for it."""
-    ways = {n: await asyncio.to_thread(forecast.way, at_level(p, n), main_pid) for n in (1, 2)}
-    _, resident = await asyncio.to_thread(forecast.weights, p)
+    weights = await asyncio.to_thread(forecast.weights, p)  # one residency scan for both ways
+    ways = {n: forecast.way_with(at_level(p, n), main_pid, weights) for n in (1, 2)}
+    resident = weights[1]
     same = (q.name for q, _ in parked if q.model == p.model)
     shared = next(same, None) if resident >= RESIDENT else None
     try:
