@@ -2,7 +2,8 @@
 production profiles (the fake vLLM, a cold start of --load-seconds), one with `park = "sleep"`; for each,
 an experiment from it to vllm-eagle3 and back. Prints each restore's total time (drain, stop, teardown,
 then the start or the wake, the probe) and its ready time (from the start or wake to active), and the
-ratios, and the known-answer check's seconds beside the wake's. Needs root (the sandbox). `python perf/park.py [--load-seconds 20] [--wake-gbps 25]`"""
+ratios, and the known-answer check's seconds beside the wake's. Needs root (the sandbox). `python perf/park.py [--load-seconds 20] [--wake-gbps 25]`; `--costs`: the park cost table instead
+(perf/park_costs.py)."""
 
 from __future__ import annotations
 
@@ -54,7 +55,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--load-seconds", type=float, default=20.0, help="the production profile's cold start")
     ap.add_argument("--wake-gbps", type=float, default=25.0, help="weights back from host RAM (68 GiB)")
+    ap.add_argument("--costs", action="store_true", help="the park cost table, predicted beside measured")
     args = ap.parse_args()
+    if args.costs:
+        from perf.park_costs import costs
+
+        return costs()
     with tempfile.TemporaryDirectory(prefix="k25-park-") as tmp:
         extra, models = Path(tmp, "profiles"), Path(tmp, "models")
         extra.mkdir()

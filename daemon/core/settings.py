@@ -142,6 +142,9 @@ class Settings(BaseSettings):
     park_ram_reserve_bytes: int = Field(default=64 * 1024**3, ge=0)
     park_ram_budget_bytes: int | None = Field(default=None, ge=0)
     max_parked: int | None = Field(default=None, ge=0)
+    # Where the engines run in a memory-limited cgroup (a container, a slice with MemoryMax): its folder
+    # under /sys/fs/cgroup, and MemAvailable for parking and warming is what that limit leaves.
+    memory_cgroup: Path | None = None
     # The threads that register a vLLM level-1 park's pinned backup (torch's pinned_num_register_threads: a
     # power of 2, at most 128). 8 measured 8.1 GiB/s in one process on an H200 host, against 1.8 by default.
     park_pin_threads: int = Field(default=8, ge=1, le=128)

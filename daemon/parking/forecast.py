@@ -34,6 +34,11 @@ class ParkForecast:
             return costs.level1_again(shape, rates)
         return costs.level1_first(shape, rates, registered=engine.park_pins_registered(p))
 
+    def table(self, p: Profile, weights: tuple[int, float]) -> list[costs.Way]:
+        """Every way `p` can park, predicted from the current rates (GET /host, the page)."""
+        size, resident = weights
+        return costs.ways(costs.Shape.of(p, size), self.rates(), resident=resident)
+
     def parked(self, main_pid: int) -> None:
         """This process pinned its backup: its next park reuses the block."""
         self._pinned.add(main_pid)

@@ -12,7 +12,8 @@ from daemon.core.settings import Settings
 from daemon.engines.client import EnginePort, Prober
 from daemon.host.gpu import GpuView
 from daemon.host.journal import JournalctlJournal, JournalPort
-from daemon.host.memory import NoMemory, ProcessMemory, PsutilMemory
+from daemon.host.memory import NoMemory, ProcessMemory, PsutilMemory, available_of
+from daemon.host.pagecache import mem_available
 from daemon.host.systemd import SdbusSystemd, SystemdPort, open_system_bus
 from daemon.host.timers import NoTimers, SdbusTimers, TimerPort
 from daemon.measure.client import new_client
@@ -33,6 +34,7 @@ class HostPorts:
     bench_http: HttpFactory = field(default=lambda n, t: new_client(t, n))  # the benchmark's requests
     timers: TimerPort = field(default_factory=NoTimers)  # transient systemd timers (scheduled experiments)
     memory: ProcessMemory = field(default_factory=NoMemory)  # engines' host RAM (the RAM ledger)
+    available: Callable[[], int] = mem_available  # MemAvailable: the host's, or the memory cgroup's
 
 
 def real_ports(settings: Settings) -> HostPorts:
@@ -46,6 +48,7 @@ def real_ports(settings: Settings) -> HostPorts:
         teardown=build_teardown(settings, gpus),
         prober=Prober(),
         memory=PsutilMemory(),
+        available=available_of(settings.memory_cgroup),
     )
 
 

@@ -25,7 +25,7 @@ from daemon.experiments.judging import Judging
 from daemon.experiments.service import Experiments
 from daemon.experiments.sweep.service import Sweeps
 from daemon.experiments.timers import Schedules
-from daemon.host.pagecache import PageCache, mem_available
+from daemon.host.pagecache import PageCache
 from daemon.measure.relative import RelativeThroughput
 from daemon.measure.runner import BenchmarkRunner
 from daemon.parking import rates as park_rates
@@ -147,7 +147,7 @@ async def build(settings: Settings, host: HostPorts) -> Services:
     incidents = Incidents()
     warmer = Warmer(
         PageCache(),
-        mem_available=mem_available,
+        mem_available=host.available,
         reserve=s.warm_reserve_bytes,
         workers=s.warm_workers,
         block=s.warm_block_bytes,
@@ -200,10 +200,10 @@ def _parking(b: _Basics, answers: KnownAnswers, warmer: Warmer) -> Parking:
         answers=answers,
         budget=RamBudget(
             budget_bytes=default_budget(
-                b.s.park_ram_budget_bytes, mem_available(), b.s.park_ram_reserve_bytes
+                b.s.park_ram_budget_bytes, b.host.available(), b.s.park_ram_reserve_bytes
             ),
             weight_bytes=lambda p: warmer.scan(p).bytes,
-            mem_available=mem_available,
+            mem_available=b.host.available,
             reserve_bytes=b.s.park_ram_reserve_bytes,
             held=lambda: {h.profile: h.bytes for h in b.recorder.hub.status.ram_held if h.parked and h.bytes},
         ),

@@ -19,7 +19,7 @@ import setproctitle
 import uvicorn
 
 from daemon.core.settings import load_settings
-from daemon.engines import base
+from daemon.engines import base, torch_alloc
 from daemon.engines import sglang as sg
 from daemon.engines import vllm as vl
 from daemon.host.pagecache import resident_bytes
@@ -107,6 +107,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--wake-gbps", type=float, default=20.0, help="parking: weights back at this rate")
     p.add_argument("--reload-gbps", type=float, default=100.0, help="reload_weights reads them at this rate")
     p.add_argument("--pin-gbps", type=float, default=0.0, help="a first park pins its backup at this rate")
+    p.add_argument(
+        "--pin-host-gbps", type=float, default=0.0, help="the host's ceiling for all workers (0: none)"
+    )
+    p.add_argument("--pin-gbps-registered", type=float, default=0.0, help="per worker, registered pinning")
+    p.add_argument("--pin-host-gbps-registered", type=float, default=0.0, help="its ceiling (0: none)")
     p.add_argument("--pin-mib", type=int, default=0, help="the host RAM that backup really takes (MiB)")
     p.add_argument("--answer-salt", default="", help="answer other tokens (another model, a broken drafter)")
     p.add_argument("--max-running", type=int, default=0, help="requests run at once; more wait (0: no cap)")
@@ -129,6 +134,20 @@ def _gpus(args: argparse.Namespace) -> list[int]:
     visible = os.environ.get("CUDA_VISIBLE_DEVICES", "")
     gpus = [int(g) for g in visible.split(",") if g.strip().isdigit()] or [0]
     return gpus[: args.workers] if args.workers else gpus
+
+
+def _pin_gbps(args: argparse.Namespace) -> float:
+    """The aggregate rate a first park pins at: each worker at the per-process rate, up to the host's
+    ceiling; registered pinning's rates where the environment turns it on (as torch reads it)."""
+    registered = torch_alloc.registered(os.environ) and args.pin_gbps_registered > 0
+    pair = (
+        (args.pin_gbps_registered, args.pin_host_gbps_registered)
+        if registered
+        else (args.pin_gbps, args.pin_host_gbps)
+    )
+    one, ceiling = float(pair[0]), float(pair[1])
+    total = one * len(_gpus(args))
+    return min(total, ceiling) if ceiling > 0 else total
 
 
 def _start_workers(args: argparse.Namespace) -> list[int]:
@@ -240,7 +259,7 @@ def _park_config(args: argparse.Namespace, gib: float) -> ParkConfig | None:
         wake_s=gib * 2**30 / (args.wake_gbps * 1e9),
         reload_s=gib * 2**30 / (args.reload_gbps * 1e9),
         cpu_backup=args.cpu_backup,
-        pin_s=gib * 2**30 / (args.pin_gbps * 1e9) if args.pin_gbps > 0 else 0.0,
+        pin_s=gib * 2**30 / (rate * 1e9) if (rate := _pin_gbps(args)) > 0 else 0.0,
         pin_bytes=args.pin_mib * 2**20,
         reread=(lambda: _reread(args.weights)) if args.weights is not None else None,
         faults=PARK_FAULTS & set(args.fault),

@@ -93,6 +93,18 @@ def plan_cgroups(name: str) -> list[str]:
     return dirs
 
 
+def memory_dir(cgroups: list[str]) -> Path | None:
+    """The sandbox's cgroup of the memory controller (v1: its own hierarchy; v2: the unified one, where
+    the controller is enabled), or None."""
+    for d in map(Path, cgroups):
+        if d.is_relative_to(CGROUP_FS / "memory"):
+            return d
+        controllers = d.parent / "cgroup.controllers"
+        if controllers.exists() and "memory" in controllers.read_text().split():
+            return d
+    return None
+
+
 # A fresh host's private trees: overlays on the real ones (reads fall through, writes stay in the sandbox),
 # with no trace of k25-ctl and no host units (systemd reads units from here, as on a host).
 PRIVATE_TREES = ("etc", "opt", "usr/local", "var")
@@ -169,17 +181,25 @@ def up(
     weights: Path | None = None,
     weight_file_mib: int = 64,
     parks: tuple[str, ...] = (),
+    memory_cgroup: bool = False,
 ) -> SandboxInfo:
     """Boot a sandbox; `settings` override the daemon's (TOML values as text: {"watch_interval_s": "10"});
     `binds`: folders outside its own that the daemon reads (its /tmp is private). `fresh_host`: systemd,
     D-Bus and journald only, on private /etc, /opt, /usr/local and /var: a host for install.sh (`port`: the
     one its settings will name). `weights`: real weight files for the stock profiles (4 of
-    `weight_file_mib`, made there once). `parks`: the stock profiles that park (the demo shows a wake)."""
+    `weight_file_mib`, made there once). `parks`: the stock profiles that park (the demo shows a wake).
+    `memory_cgroup`: the daemon reads MemAvailable from the sandbox's own memory cgroup (`memory_dir`),
+    whose limit a test then sets."""
     if os.geteuid() != 0:
         raise K25Error("the sandbox needs root (it boots systemd in namespaces)")
     SANDBOX_HOME.mkdir(parents=True, exist_ok=True)
     root = Path(tempfile.mkdtemp(prefix="sbx-", dir=SANDBOX_HOME))
     port, engine_ports = port or free_port(), {}
+    cgroups = plan_cgroups(root.name)
+    if memory_cgroup:
+        if (mem := memory_dir(cgroups)) is None:
+            raise K25Error("no writable memory cgroup here for the sandbox")
+        settings = (settings or {}) | {"memory_cgroup": f'"{mem}"'}
     if fresh_host:
         write_base_units(root / "units")
     else:  # the stock profiles, their fake engines' ports, the units rendered for the sandbox
@@ -196,7 +216,6 @@ def up(
             weights=weights,
             parks=parks,
         )
-    cgroups = plan_cgroups(root.name)
     script = _boot_script(root, cgroups, fresh_host=fresh_host)
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
     sock.bind(str(root / "notify.sock"))

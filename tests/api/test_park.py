@@ -5,12 +5,17 @@ from __future__ import annotations
 
 import logging
 import re
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from daemon.host.calibration import RATE_KEYS
+from daemon.parking import rates
+from daemon.parking.costs import DEFAULT_RATES
 from tests.api.conftest import PROFILE, Env, running_env
+from tests.waiting import eventually
 
 PARKS = PROFILE.format(port=9100) + 'park = "sleep"\n'
 
@@ -191,3 +196,32 @@ async def test_auto_takes_level_2_for_weights_a_parked_profile_shares_and_level_
         env.prober.json_answers[("pb", "/is_sleeping")] = {"is_sleeping": False}
         await _activate(env, "pb")  # the wake of a level-2 park reloads the weights
         assert ("pb", "/collective_rpc") in env.prober.calls
+
+
+async def test_the_host_shows_its_rates_and_each_parking_profiles_ways(tmp_path: Path) -> None:
+    """Issue 51: GET /host (the page's "Parking costs"): the documented defaults until `k25-ctl host
+    calibrate` stored measured rates, then those, with when; each parking profile's ways predicted from
+    its last residency scan (no scan per request)."""
+    async with running_env(tmp_path, park_ram_reserve_bytes=0) as env:
+        (tmp_path / "profiles.d" / "baseline.toml").write_text(PARKS)
+        assert (await env.client.post("/profiles/reload", headers=env.auth)).status_code == 200
+
+        async def scanned() -> Any:
+            body = (await env.client.get("/host")).json()
+            return body if body["parking"] else None
+
+        host = await eventually(scanned, what="baseline's residency scanned")
+        assert (
+            host["rates"]["measured_at"] is None and host["rates"]["pin_process"] == DEFAULT_RATES.pin_process
+        )
+        [baseline] = host["parking"]
+        assert baseline["profile"] == "baseline"
+        assert [w["name"] for w in baseline["ways"]][:3] == [
+            "level 1, first park (default pinning)",
+            "level 1, first park (registered pinning)",
+            "level 1, later park",
+        ]
+        measured = asdict(DEFAULT_RATES) | {"pin_process": 2.5}
+        rates.save(env.settings.state_dir, {k: measured[k] for k in RATE_KEYS}, python="/usr/bin/python3")
+        after = (await env.client.get("/host")).json()
+        assert after["rates"]["pin_process"] == 2.5 and after["rates"]["measured_at"] is not None

@@ -215,6 +215,14 @@ def test_the_page_shows_the_parked_engine_and_unparks_it(host: Api, page: Any) -
     assert "(0 MiB GPU, " in page.text_content("#parked")
     # baseline's weights are empty files: nothing pinned, in the sandbox's 2.5 MiB budget
     assert page.text_content("#park-budget") == "park RAM budget: 0.0 MiB pinned of 2.5 MiB"
+    # The host's park rates and each parking profile's ways (issue 51), from GET /host.
+    page.wait_for_function(
+        "document.getElementById('park-ways').textContent.includes('level 1, first park (registered pinning)')",
+        timeout=15000,
+    )
+    assert "documented defaults (never calibrated" in page.text_content("#host-rates")
+    rows = page.locator("#park-ways tr").all_text_contents()
+    assert any(r.startswith("pa 1.0 MiB, ") for r in rows), rows
     page.click("button[data-unpark='baseline']")
     page.wait_for_function("document.getElementById('parked').textContent === ''", timeout=30000)
     page.wait_for_function("document.querySelectorAll('button[data-unpark]').length === 0", timeout=30000)

@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
+import pytest
+
+from daemon.core.errors import K25Error
 from daemon.host.gpu import SimulatedGpus
 from daemon.host.journal import parse_record
+from daemon.host.memory import CgroupAvailable
 from daemon.host.procs import ProcInfo, mapped_matching, systemd_cgroup
 
+MIB = 2**20
 CGROUP_V1 = "9:name=systemd:/k25-sbx/system.slice/k25-engine@x.service\n4:memory:/m\n0::/k25-sbx/x\n"
 MAPS = (
     "7f05b60b9000-7f05b60ba000 rw-s 00000000 fe:00 2146521                    /dev/nvidia3\n"
@@ -109,3 +115,31 @@ def test_a_units_state_is_read_unit_interface_first_then_service() -> None:
         if name.startswith("org.freedesktop.systemd1")
     ]
     assert order == ["org.freedesktop.systemd1.Unit", "org.freedesktop.systemd1.Service"]
+
+
+def test_memavailable_of_a_memory_cgroup_is_its_limit_less_what_cannot_be_dropped(tmp_path: Path) -> None:
+    """Issue 51: a cgroup's MemAvailable is its limit minus its usage, file pages counted as droppable
+    (tmpfs is not: it is swap-backed), and never more than the host's; no limit: the host's figure."""
+    v2, v1 = tmp_path / "v2", tmp_path / "v1"
+    v2.mkdir()
+    v1.mkdir()
+    (v2 / "memory.max").write_text("max\n")
+    (v2 / "memory.current").write_text(f"{900 * MIB}\n")
+    (v2 / "memory.stat").write_text(
+        f"anon {500 * MIB}\nactive_file {100 * MIB}\ninactive_file {200 * MIB}\nshmem {100 * MIB}\n"
+    )
+    host = lambda: 10_000 * MIB  # noqa: E731
+    assert CgroupAvailable(v2, host)() == 10_000 * MIB  # no limit
+    (v2 / "memory.max").write_text(f"{1000 * MIB}\n")
+    assert CgroupAvailable(v2, host)() == 400 * MIB  # 1000 - (900 - 300)
+    assert CgroupAvailable(v2, lambda: 50 * MIB)() == 50 * MIB  # the host has less
+    (v1 / "memory.limit_in_bytes").write_text("9223372036854771712\n")
+    (v1 / "memory.usage_in_bytes").write_text(f"{900 * MIB}\n")
+    (v1 / "memory.stat").write_text(
+        f"cache {400 * MIB}\ntotal_active_file {100 * MIB}\ntotal_inactive_file {200 * MIB}\n"
+    )
+    assert CgroupAvailable(v1, host)() == 10_000 * MIB
+    (v1 / "memory.limit_in_bytes").write_text(f"{1000 * MIB}\n")
+    assert CgroupAvailable(v1, host)() == 400 * MIB
+    with pytest.raises(K25Error, match="is not a memory cgroup"):
+        CgroupAvailable(tmp_path)

@@ -6,6 +6,7 @@ from __future__ import annotations
 from daemon.api.answers_view import known_answer_out
 from daemon.api.bench_schemas import SwitchPlanIn, SwitchPlanOut
 from daemon.api.controllers.runs import RunsController
+from daemon.api.host_schemas import HostOut, ParkCostsOut, RatesOut, WayOut
 from daemon.api.schemas import AcceptedOut, ProfileOut, ReloadOut, ResidencyOut, RunOut, UnitStateOut
 from daemon.core.errors import NotFound
 from daemon.parking.service import Parking
@@ -43,6 +44,19 @@ class ProfilesController:
         self.runs = runs
         self.previewer = previewer
         self.default_profile = default_profile
+
+    def host(self) -> HostOut:
+        """The park rates and each parking profile's ways, from the last residency scan (no scan here)."""
+        forecast, scanned = self.parking.forecast, self.warms.residency()
+        parking = []
+        for name, lp in sorted(self.inventory.current().valid.items()):
+            if lp.profile.park and (r := scanned.get(name)) is not None:
+                ways = forecast.table(lp.profile, (r.bytes, r.percent / 100))
+                out = [WayOut.model_validate(w) for w in ways]
+                parking.append(
+                    ParkCostsOut(profile=name, weight_bytes=r.bytes, resident=r.percent / 100, ways=out)
+                )
+        return HostOut(rates=RatesOut.model_validate(forecast.rates()), parking=parking)
 
     async def profiles(self) -> list[ProfileOut]:
         units = await self.inventory.unit_states(self.units.unit_states)

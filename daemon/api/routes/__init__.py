@@ -23,7 +23,16 @@ async def index() -> HTMLResponse:
 
 
 WRITES = (profiles.write, profiles.restoring, runs.write, teardown.write, benchmarks.write, capture.write)
-READS = (status.balancer, status.read, profiles.read, runs.read, teardown.read, benchmarks.read, capture.read)
+READS = (
+    status.balancer,
+    status.read,
+    profiles.host_read,
+    profiles.read,
+    runs.read,
+    teardown.read,
+    benchmarks.read,
+    capture.read,
+)
 
 
 def include(app: FastAPI) -> None:

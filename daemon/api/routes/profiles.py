@@ -4,16 +4,25 @@ from __future__ import annotations
 
 from fastapi import Response
 
+from daemon.api.host_schemas import HostOut
 from daemon.api.routes.common import ProfilesCtl, Responses, accepted, located, reads, writes
 from daemon.api.schemas import AcceptedOut, ProfileOut, ReloadOut, RunOut
 
 read = reads("profiles", "/profiles")
 write = writes("profiles", "/profiles")
 restoring = writes("profiles")
+host_read = reads("host")
 SWITCH: Responses = {
     200: {"model": AcceptedOut | RunOut, "description": "already active (no run), or the ended run (wait)"},
     202: {"model": AcceptedOut, "description": "the switch started: its run id, and Location: /runs/N"},
 }
+
+
+@host_read.get("/host")
+async def host(c: ProfilesCtl) -> HostOut:
+    """The host's park rates (`k25-ctl host calibrate`; the documented defaults where it never ran) and the
+    predicted park and wake seconds and host RAM of each way each parking profile can park."""
+    return c.host()
 
 
 @read.get("")

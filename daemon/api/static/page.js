@@ -75,6 +75,14 @@ function renderGpus(gpus) {
 }
 
 // Widths given as data-w (percent) become the elements' style through the CSSOM, which a CSP allows.
+function renderHost(h) {
+  const r = h.rates;
+  const when = r.measured_at ? `calibrated ${new Date(r.measured_at).toLocaleString()}` : "documented defaults (never calibrated: k25-ctl host calibrate)";
+  $("host-rates").textContent = `pinning ${fmt(r.pin_process_registered, 1)} GiB/s per process (registered), ${fmt(r.pin_host_registered, 1)} host-wide; copy ${fmt(r.device_to_host, 1)}; page cache ${fmt(r.page_cache, 1)}; disk ${fmt(r.disk, 1)}: ${when}`;
+  $("park-ways").innerHTML = h.parking.flatMap((p) => p.ways.map((w, i) => `<tr><td>${i ? "" : `<b>${esc(p.profile)}</b> <span class="mute">${size(p.weight_bytes)}, ${fmt(100 * p.resident, 0)}% cached</span>`}</td>
+    <td>${esc(w.name)}</td><td>${fmt(w.park_s, 1)}</td><td>${fmt(w.wake_s, 1)}</td><td>${size(w.ram_bytes)}</td></tr>`)).join("") || '<tr><td colspan="5" class="mute">no profile parks</td></tr>';
+}
+
 function widths(root) { root.querySelectorAll("[data-w]").forEach((e) => { e.style.width = e.dataset.w + "%"; }); }
 
 function renderProfiles(items) {
@@ -249,8 +257,8 @@ async function refreshSweep(experiments) {
 
 async function refresh() {
   try {
-    const [st, profiles, runs, cmp, exps] = await Promise.all([api("/status"), api("/profiles"), api("/runs?limit=15"), api("/compare"), api("/experiments?limit=10")]);
-    renderStatus(st); renderGpus(st.gpus || []); renderProfiles(profiles); renderRuns(runs); renderCompare(cmp);
+    const [st, profiles, runs, cmp, exps, host] = await Promise.all([api("/status"), api("/profiles"), api("/runs?limit=15"), api("/compare"), api("/experiments?limit=10"), api("/host")]);
+    renderStatus(st); renderGpus(st.gpus || []); renderProfiles(profiles); renderHost(host); renderRuns(runs); renderCompare(cmp);
     await refreshSweep(exps);
     await refreshServing();
   } catch (e) { toast(e.message); }
