@@ -3,9 +3,13 @@ token, every time, in the same process with the same weights. A wake is proven b
 liveness: SGLang's release without a CPU backup and vLLM's level 2 without reload_weights both answer
 /health 200 and generate fluent-looking garbage (docs/engines.md, "Parking: sleep, release, wake").
 
-The requests are OpenAI-shaped (both engines serve them); an engine adds what makes its answer exact
-(`Engine.answer_extras`: vLLM's token ids). 20 + 12 tokens, one after the other (a batch of one): at the
-seed's 82 tok/s single stream about 0.4 s."""
+The requests are OpenAI-shaped (both engines serve them: vLLM's and SGLang's OpenAI servers take
+`logprobs` and `top_logprobs`); an engine adds what makes its answer exact (`Engine.answer_extras`: vLLM's
+token ids). Each answer keeps the top-5 logprobs of every generated token: its fingerprint, which moves
+when the weights move even where the greedy tokens do not (daemon/proving/fingerprint.py). The third
+request spans many KV-cache blocks (about 40 of vLLM's 16-token blocks) and is also served before a park,
+so that a prefix cache that outlived the sleep shows. 16 + 10 + 6 tokens, one after the other (a batch of
+one): at the seed's 82 tok/s single stream about 0.4 s."""
 
 from __future__ import annotations
 
@@ -34,10 +38,18 @@ class AnswerRequest:
     max_tokens: int
 
 
-REQUESTS = (
-    AnswerRequest(AnswerKind.COMPLETION, "The capital of France is", 20),
-    AnswerRequest(AnswerKind.CHAT, "Name the three primary colours.", 12),
+TOP_LOGPROBS = 5  # alternatives per position in the fingerprint
+# Many KV blocks of a prompt no answer shares a prefix with: ~640 tokens, 40 blocks of 16.
+LONG_PROMPT = " ".join(
+    f"Item {i}: the river carries boat {i * 7 % 31} past bridge {i % 13}." for i in range(48)
 )
+REQUESTS = (
+    AnswerRequest(AnswerKind.COMPLETION, "The capital of France is", 16),
+    AnswerRequest(AnswerKind.CHAT, "Name the three primary colours.", 10),
+    AnswerRequest(AnswerKind.COMPLETION, LONG_PROMPT + "\nThe last item was", 6),
+)
+PRIMING = REQUESTS[2]  # served before a park: a stale prefix-cache hit after the wake shows in its answer
+Position = tuple[float, tuple[tuple[str, float], ...]]  # the chosen token's logprob, the top alternatives
 
 
 @dataclass(frozen=True)
@@ -49,6 +61,7 @@ class Answer:
     prompt: str
     text: str
     tokens: tuple[str, ...] = ()
+    logprobs: tuple[Position, ...] = ()  # per generated token; () where the engine gave none
 
     def units(self) -> tuple[str, ...]:
         """What is compared position by position: the tokens, or the characters without them."""
@@ -60,16 +73,18 @@ class Answer:
             "prompt": self.prompt,
             "text": self.text,
             "tokens": list(self.tokens),
+            "logprobs": [[lp, [list(t) for t in top]] for lp, top in self.logprobs],
         }
 
     @classmethod
     def from_json(cls, data: Mapping[str, object]) -> Answer:
-        tokens = data.get("tokens") or []
+        tokens, logprobs = data.get("tokens") or [], data.get("logprobs") or []
         return cls(
             AnswerKind(str(data["kind"])),
             str(data["prompt"]),
             str(data["text"]),
             tuple(str(t) for t in tokens) if isinstance(tokens, list) else (),
+            _positions(logprobs),
         )
 
 
@@ -86,9 +101,9 @@ def request_body(
     }
     body |= dict(extras)
     if req.kind is AnswerKind.CHAT:
-        body |= {"messages": [{"role": "user", "content": req.prompt}], "logprobs": True, "top_logprobs": 0}
-        return "/v1/chat/completions", body
-    return "/v1/completions", body | {"prompt": req.prompt, "logprobs": 0}
+        chat = {"messages": [{"role": "user", "content": req.prompt}], "logprobs": True}
+        return "/v1/chat/completions", body | chat | {"top_logprobs": TOP_LOGPROBS}
+    return "/v1/completions", body | {"prompt": req.prompt, "logprobs": TOP_LOGPROBS}
 
 
 class BadAnswer(ValueError):
@@ -109,7 +124,7 @@ def parse_answer(req: AnswerRequest, data: ForeignJson) -> Answer:
         text = choice.get("text")
     if not isinstance(text, str):
         raise BadAnswer(f"no text in the answer: {str(choice)[:200]}")
-    return Answer(req.kind, req.prompt, text, _tokens(choice))
+    return Answer(req.kind, req.prompt, text, _tokens(choice), _choice_logprobs(choice))
 
 
 def _tokens(choice: dict[str, object]) -> tuple[str, ...]:
@@ -126,3 +141,51 @@ def _tokens(choice: dict[str, object]) -> tuple[str, ...]:
     if isinstance(content, list):
         return tuple(str(c.get("token")) for c in content if isinstance(c, dict))
     return ()
+
+
+def _choice_logprobs(choice: dict[str, object]) -> tuple[Position, ...]:
+    """Each generated token's logprob and top alternatives: completions' `token_logprobs` and
+    `top_logprobs` (a {token: logprob} per position), chat's `content[].logprob` and `.top_logprobs`."""
+    lp = choice.get("logprobs")
+    if not isinstance(lp, dict):
+        return ()
+    content = lp.get("content")
+    if isinstance(content, list):
+        return tuple(
+            (
+                _float(c.get("logprob")),
+                _top([(t.get("token"), t.get("logprob")) for t in c.get("top_logprobs") or []]),
+            )
+            for c in content
+            if isinstance(c, dict)
+        )
+    chosen, tops = lp.get("token_logprobs") or [], lp.get("top_logprobs") or []
+    if not isinstance(chosen, list) or not isinstance(tops, list):
+        return ()
+    tops = tops + [None] * (len(chosen) - len(tops))
+    return tuple(
+        (_float(c), _top(list(t.items()) if isinstance(t, dict) else []))
+        for c, t in zip(chosen, tops, strict=False)
+    )
+
+
+def _top(pairs: list[tuple[object, object]]) -> tuple[tuple[str, float], ...]:
+    return tuple((str(t), _float(v)) for t, v in pairs if isinstance(t, str))
+
+
+def _float(v: object) -> float:
+    """A logprob as served (a float; JSON's null or -inf where an engine had none: very unlikely)."""
+    return float(v) if isinstance(v, (int, float)) else float("-inf")
+
+
+def _positions(data: object) -> tuple[Position, ...]:
+    """Stored logprobs back ([[lp, [[token, lp], ...]], ...]); () for a record from before them."""
+    if not isinstance(data, list):
+        return ()
+    out = []
+    for item in data:
+        if isinstance(item, list) and len(item) == 2 and isinstance(item[1], list):
+            out.append(
+                (_float(item[0]), _top([tuple(t) for t in item[1] if isinstance(t, list) and len(t) == 2]))
+            )
+    return tuple(out)

@@ -162,6 +162,9 @@ class ParkCalls:
     sleep: str
     wake: tuple[ParkStep, ...]
     sleeping: str | None = None
+    # POSTed after a wake, before the known-answer check: KV blocks indexed before the sleep are gone
+    # (vllm#17103), so no request may hit them.
+    reset_prefix_cache: str | None = None
 
 
 @dataclass(frozen=True)

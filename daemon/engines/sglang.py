@@ -72,6 +72,9 @@ FLAG_MEMORY_SAVER = "--enable-memory-saver"
 FLAG_WEIGHTS_CPU_BACKUP = "--enable-weights-cpu-backup"
 PATH_RELEASE = "/release_memory_occupation"
 PATH_RESUME = "/resume_memory_occupation"
+PATH_FLUSH_CACHE = (
+    "/flush_cache"  # POST: drops the radix cache (python/sglang/srt/entrypoints/http_server.py)
+)
 
 
 class SglangEngine(Engine):
@@ -167,7 +170,9 @@ class SglangEngine(Engine):
         return argv + list(self.park_flags(profile)) + profile.extra_args
 
     def park_calls(self, profile: Profile) -> ParkCalls | None:
-        return ParkCalls(PATH_RELEASE, (ParkStep(PATH_RESUME),)) if profile.park is not None else None
+        if profile.park is None:
+            return None
+        return ParkCalls(PATH_RELEASE, (ParkStep(PATH_RESUME),), reset_prefix_cache=PATH_FLUSH_CACHE)
 
     def check(self, profile: Profile) -> list[tuple[str, str]]:
         problems = self.park_problems(profile)

@@ -81,6 +81,9 @@ PATH_WAKE_WEIGHTS = "/wake_up?tags=weights"
 PATH_COLLECTIVE_RPC = "/collective_rpc"
 RPC_RELOAD_WEIGHTS = {"method": "reload_weights"}
 PATH_WAKE_KV_CACHE = "/wake_up?tags=kv_cache"
+PATH_RESET_PREFIX_CACHE = (
+    "/reset_prefix_cache"  # POST, a dev endpoint like /sleep (vllm/entrypoints/serve/dev)
+)
 RELOAD_REFUSED = (
     "the engine does not serve reload_weights (a vLLM without /collective_rpc, or VLLM_SERVER_DEV_MODE "
     "unset), and a level-2 wake without it serves garbage (vllm-project/vllm#29341)"
@@ -202,7 +205,9 @@ class VllmEngine(Engine):
                 ParkStep(PATH_COLLECTIVE_RPC, RPC_RELOAD_WEIGHTS, stage="reload", note=RELOAD_REFUSED),
                 ParkStep(PATH_WAKE_KV_CACHE),
             )
-        return ParkCalls(PATH_SLEEP.format(level=profile.park_level), wake, PATH_IS_SLEEPING)
+        return ParkCalls(
+            PATH_SLEEP.format(level=profile.park_level), wake, PATH_IS_SLEEPING, PATH_RESET_PREFIX_CACHE
+        )
 
     def park_problems(self, profile: Profile) -> list[tuple[str, str]]:
         problems = super().park_problems(profile)

@@ -80,8 +80,6 @@ class Parking:
         self.stop_timeout_s = stop_timeout_s
         self._parked: dict[str, _Entry] = {}
 
-    # -- what is parked --------------------------------------------------------------------------------
-
     def get(self, name: str) -> ParkedInfo | None:
         entry = self._parked.get(name)
         return entry.info if entry else None
@@ -140,6 +138,7 @@ class Parking:
             plan = await self._guards(p, target, engine)
             for old in plan.evict:
                 await self.release(run_id, old.profile, self.budget.reason(p, plan))
+            await self.answers.prime(lp)  # its prefix cached: a stale cache after the wake shows
             await events.phase(
                 Phase.PARKING, f"putting {p.name} to sleep (level {p.park_level}) instead of stopping it"
             )

@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from daemon.engines.answers import Answer, AnswerKind
+from daemon.proving.fingerprint import paired
 
 
 def _compared(a: Answer, b: Answer) -> tuple[tuple[str, ...], tuple[str, ...], bool]:
@@ -71,12 +72,8 @@ class Agreement:
 
 def agreement(other: str, mine: tuple[Answer, ...], theirs: tuple[Answer, ...]) -> Agreement | None:
     """Request by request, over the requests both answered; None when they share none."""
-    by_kind = {a.kind: a for a in theirs}
     rows = []
-    for a in mine:
-        b = by_kind.get(a.kind)
-        if b is None or b.prompt != a.prompt:
-            continue
+    for _, a, b in paired(mine, theirs):
         n = len(a.units())
         rows.append((a.kind, first_difference(a, b), n))
     return Agreement(other, tuple(rows)) if rows else None

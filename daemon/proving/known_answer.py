@@ -7,6 +7,7 @@ sampling, so a speculative profile should answer as the default profile of the s
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -17,8 +18,9 @@ from daemon.core.errors import StoreError
 from daemon.core.profiles import LoadedProfile, ProfileSet
 from daemon.core.run_types import Phase
 from daemon.engines import engine_for
-from daemon.engines.answers import REQUESTS, Answer
+from daemon.engines.answers import PRIMING, REQUESTS, Answer
 from daemon.engines.client import EnginePort, ProbeFailed
+from daemon.proving import fingerprint
 from daemon.proving.agreement import Agreement, agreement, first_difference, shorten
 from daemon.runs.events import RunEvents
 from daemon.runs.recorder import RunRecorder
@@ -80,14 +82,15 @@ class KnownAnswers:
         if not engine_for(lp.profile).known_answer:
             return
         began = time.monotonic()
-        try:
-            answers = await self._ask(lp)
+        try:  # twice, same process and batch shape: what differs between the two is the engine's noise
+            answers, again = await self._ask(lp), await self._ask(lp)
         except ProbeFailed as e:
             log.warning("run %d: no known answer recorded for %s: %s", run_id, lp.profile.name, e)
             await events.phase(Phase.PROBING, f"no known answer recorded ({e}): a park of it will not wake")
             return
         await events.stage(STAGE, time.monotonic() - began)
-        stored = [a.as_json() for a in answers]
+        tolerance = fingerprint.tolerance(answers, again)
+        stored = [a.as_json() | {"tolerance": tolerance} for a in answers]
         try:
             row, before = await asyncio.to_thread(self.store.save, self.key(lp), run_id, stored)
         except StoreError as e:  # a full disk must not fail the switch: a later wake then starts cold
@@ -95,7 +98,9 @@ class KnownAnswers:
             await events.phase(Phase.PROBING, f"known answer not stored ({e}): a park of it will not wake")
             return
         self._rows[row.key] = row
-        detail = f"known answer recorded: {shorten(answers[0].text)}"
+        detail = f"known answer recorded: {shorten(answers[0].text)}; logprob tolerance {tolerance:.4g}"
+        if why := _differs(again, answers, "asked again", "first"):
+            detail += f"; the cold engine answered differently when asked again: {why}"
         if before is not None and (why := _differs(answers, _decode(before), "now", "before")):
             log.warning(
                 "run %d: %s answers differently after a cold start of the same file and argv: %s "
@@ -137,21 +142,43 @@ class KnownAnswers:
         if row is None:
             return "no known answer was recorded for this profile's file and argv: the wake cannot be proven"
         recorded, began, why = _decode(row), time.monotonic(), ""
+        tolerance = _tolerance(row)
+        await self._reset_prefix_cache(run_id, lp)
         for attempt in (1, 2):
             try:
                 now = await self._ask(lp)
             except ProbeFailed as e:
                 why = str(e)
                 continue
-            why = _differs(now, recorded, "after the wake", "before the park") or ""
+            why = judge(now, recorded, tolerance) or ""
             if not why:
                 break
             log.warning("run %d: %s, try %d of 2: %s", run_id, lp.profile.name, attempt, why)
         await events.stage(STAGE, time.monotonic() - began)
         if why:
             return f"{why} (recorded by run {row.run_id})"
-        await events.phase(Phase.WAKING, f"known answer equal to run {row.run_id}'s: {shorten(now[0].text)}")
+        same = f"known answer equal to run {row.run_id}'s, logprobs within {tolerance:.4g}"
+        await events.phase(Phase.WAKING, f"{same}: {shorten(now[0].text)}")
         return None
+
+    async def prime(self, lp: LoadedProfile) -> None:
+        """Before a park: one known-answer request, so that its prefix is in the engine's cache. A wake
+        that kept stale cache entries then answers it from them, and the check sees it."""
+        if engine_for(lp.profile).known_answer:
+            with contextlib.suppress(ProbeFailed):
+                await self.prober.answer(lp.profile, engine_for(lp.profile), PRIMING)
+
+    async def _reset_prefix_cache(self, run_id: int, lp: LoadedProfile) -> None:
+        """After a wake, before the check: the engine forgets the KV blocks it indexed before the sleep."""
+        calls = engine_for(lp.profile).park_calls(lp.profile)
+        if calls is None or calls.reset_prefix_cache is None:
+            return
+        status = await self.prober.call(lp.profile, calls.reset_prefix_cache, timeout_s=10.0)
+        if status != 200:
+            log.warning(
+                "run %d: %s answered %s to POST %s: its prefix cache may be stale (the check will tell)",
+                *(run_id, lp.profile.name, status, calls.reset_prefix_cache),
+            )
 
     def _current(self) -> dict[str, KnownAnswerRow]:
         """Each valid profile's record for its file and argv as they are now."""
@@ -180,17 +207,28 @@ class KnownAnswers:
         return {n: a for n, a in found.items() if a is not None}
 
 
+def judge(now: tuple[Answer, ...], recorded: tuple[Answer, ...], tolerance: float) -> str | None:
+    """What a wake's answers got wrong against the record: other tokens, or logprobs moved by more than
+    the tolerance (the first position, and by how much); None: the same."""
+    if why := _differs(now, recorded, "after the wake", "before the park"):
+        return why
+    moved = fingerprint.drift(now, recorded, tolerance)
+    return moved.describe(tolerance) if moved is not None else None
+
+
+def _tolerance(row: KnownAnswerRow) -> float:
+    """The record's logprob tolerance (the floor for a record from before fingerprints)."""
+    stored = [a.get("tolerance") for a in row.answers if isinstance(a, dict)]
+    return max((float(t) for t in stored if isinstance(t, (int, float))), default=fingerprint.FLOOR)
+
+
 def _decode(row: KnownAnswerRow) -> tuple[Answer, ...]:
     return tuple(Answer.from_json(a) for a in row.answers)
 
 
 def _differs(now: tuple[Answer, ...], recorded: tuple[Answer, ...], this: str, that: str) -> str | None:
     """What differs first between two sets of answers, in words; None: the same tokens throughout."""
-    by_kind = {a.kind: a for a in recorded}
-    for a in now:
-        b = by_kind.get(a.kind)
-        if b is None:
-            continue
+    for _, a, b in fingerprint.paired(now, recorded):
         if (i := first_difference(a, b)) is not None:
             said = f"{this} {shorten(a.text)} vs {that} {shorten(b.text)}"
             return f"the {a.kind} answer differs from token {i}: {said}"

@@ -51,8 +51,14 @@ FAULTS = (
     "wake-zero-acceptance",  # the drafter's weights are not reloaded: acceptance 0 (vllm#52479)
     "wake-corrupts",  # a level-1 wake that restores garbage: /health 200, fluent nonsense
     "no-collective-rpc",  # no /collective_rpc (an older vLLM, or dev mode off): no reload_weights
+    # A wake subtly wrong: what only the fingerprint (logprobs) shows.
+    "wake-drifts",  # logprobs moved, the greedy tokens unchanged
+    "wake-corrupts-shard",  # one of 8 shards restored wrong: one position in 8 moves
+    "stale-prefix-cache",  # no prefix-cache reset: blocks indexed before the sleep are read (vllm#17103)
+    "drifts-after-cycles",  # from the --fault-after'th wake on, logprobs move (torch_memory_saver#71)
+    "wake-then-fails",  # the wake answers 200, then every request 500 with /health 200 (vllm#49237)
 )
-PARK_FAULTS = frozenset(FAULTS[-5:])
+PARK_FAULTS = frozenset(FAULTS[-10:])
 
 
 def _drafter_args(p: argparse.ArgumentParser) -> None:
@@ -113,6 +119,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--pin-gbps-registered", type=float, default=0.0, help="per worker, registered pinning")
     p.add_argument("--pin-host-gbps-registered", type=float, default=0.0, help="its ceiling (0: none)")
     p.add_argument("--pin-mib", type=int, default=0, help="the host RAM that backup really takes (MiB)")
+    p.add_argument("--logprob-noise", type=float, default=0.0, help="engine-like float noise on logprobs")
     p.add_argument("--answer-salt", default="", help="answer other tokens (another model, a broken drafter)")
     p.add_argument("--max-running", type=int, default=0, help="requests run at once; more wait (0: no cap)")
     p.add_argument("--fault", action="append", choices=FAULTS, default=[])
@@ -263,6 +270,7 @@ def _park_config(args: argparse.Namespace, gib: float) -> ParkConfig | None:
         pin_bytes=args.pin_mib * 2**20,
         reread=(lambda: _reread(args.weights)) if args.weights is not None else None,
         faults=PARK_FAULTS & set(args.fault),
+        fault_after=args.fault_after,
     )
 
 
@@ -327,6 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         max_running=args.max_running or None,
         park=_park_config(args, gib),
         answer_salt=args.answer_salt,
+        logprob_noise=args.logprob_noise,
     )
     app = build_app(cfg, time.monotonic(), lambda: log(sg.LINE_READY), _Workers(workers))
     server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=False))

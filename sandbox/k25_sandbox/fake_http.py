@@ -19,7 +19,7 @@ from starlette.routing import Route
 
 from daemon.core.jsontypes import RequestBody
 from daemon.engines import sglang as sg
-from k25_sandbox.fake_answer import Weights, prompt_key, text_of, token_ids, whole_extras
+from k25_sandbox.fake_answer import Weights, prompt_key, served, text_of, token_ids, whole_extras
 from k25_sandbox.fake_park import FakePark, ParkControl
 from k25_sandbox.fake_stats import Draw, FakeConfig, Stats, count_request
 
@@ -77,7 +77,7 @@ class _FakeServer:
     def __init__(self, cfg: FakeConfig, started: float, workers: ParkControl) -> None:
         self.cfg = cfg
         self.started = started
-        self.weights = Weights(salt=cfg.answer_salt)
+        self.weights = Weights(salt=cfg.answer_salt, noise=cfg.logprob_noise)
         self.park = FakePark(cfg.park, workers, self.weights, self._lose_drafter) if cfg.park else None
         self.stats = Stats(cfg)
         self.hang = asyncio.Event()  # never set: the deadlock fault
@@ -154,6 +154,8 @@ class _FakeServer:
     async def complete(self, request: Request) -> Response:
         if self.park is not None and self.park.sleeping:
             return JSONResponse({"error": "the engine is sleeping"}, status_code=503)
+        if self.weights.failing:  # /health stays 200 (vllm#49237)
+            return JSONResponse({"error": "EngineCore encountered an issue"}, status_code=500)
         req = _Completion(self, await request.json(), request.url.path.endswith("/chat/completions"))
         if req.body.get("stream"):
             return StreamingResponse(req.stream(), media_type="text/event-stream")
@@ -252,7 +254,8 @@ class _Completion:
         ids = token_ids(self.server.weights, self.key, 0, produced)
         text = text_of(ids)
         choice: RequestBody = {"index": 0, "finish_reason": "length"}
-        choice |= whole_extras(self.body, ids, self.chat, self.cfg.flavor)
+        choice |= whole_extras(self.body, ids, self.chat, self.cfg.flavor, self.server.weights, self.key)
+        served(self.server.weights, self.key)
         choice |= {"message": {"role": "assistant", "content": text}} if self.chat else {"text": text}
         kind = "chat.completion" if self.chat else "text_completion"
         resp = {"id": self.rid, "object": kind, "model": self.cfg.model}

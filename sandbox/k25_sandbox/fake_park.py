@@ -46,8 +46,11 @@ class ParkConfig:
     pin_s: float = 0.0
     pin_bytes: int = 0
     reread: Callable[[], None] | None = None  # reload_weights reads the weight files again (level 2)
-    # sleep-keeps-memory, wake-fails, wake-corrupts, wake-zero-acceptance, no-collective-rpc
+    # sleep-keeps-memory, wake-fails, wake-corrupts, wake-zero-acceptance, no-collective-rpc, and the
+    # fingerprint's: wake-drifts, wake-corrupts-shard, stale-prefix-cache, drifts-after-cycles,
+    # wake-then-fails
     faults: frozenset[str] = frozenset()
+    fault_after: int = 3  # drifts-after-cycles: the wake from which on
 
 
 @dataclass
@@ -59,6 +62,7 @@ class FakePark:
     asleep: set[str] = field(default_factory=set)  # the parts whose GPU memory is given back
     kept: bool = True  # the sleep kept a copy of the weights to restore
     block: bytearray | None = None  # the pinned backup's host RAM, kept after the wake
+    wakes: int = 0
 
     @property
     def sleeping(self) -> bool:
@@ -73,11 +77,21 @@ class FakePark:
             ]
             if "no-collective-rpc" not in self.cfg.faults:  # an older vLLM, or dev mode off
                 routes.append(Route(vl.PATH_COLLECTIVE_RPC, self.collective_rpc, methods=["POST"]))
-            return routes
-        return [
-            Route(sg.PATH_RELEASE, self.sleep, methods=["POST"]),
-            Route(sg.PATH_RESUME, self.wake, methods=["POST"]),
-        ]
+            reset = vl.PATH_RESET_PREFIX_CACHE
+        else:
+            routes = [
+                Route(sg.PATH_RELEASE, self.sleep, methods=["POST"]),
+                Route(sg.PATH_RESUME, self.wake, methods=["POST"]),
+            ]
+            reset = sg.PATH_FLUSH_CACHE
+        if "stale-prefix-cache" not in self.cfg.faults:
+            routes.append(Route(reset, self.reset_prefix_cache, methods=["POST"]))
+        return routes
+
+    async def reset_prefix_cache(self, _: Request) -> Response:
+        self.weights.cached.clear()
+        self.weights.stale.clear()
+        return JSONResponse({"success": True})
 
     async def sleep(self, request: Request) -> Response:
         """The weights leave the GPU (kept in host RAM at level 1 or with SGLang's CPU backup), the KV
@@ -94,6 +108,9 @@ class FakePark:
                 await asyncio.sleep(max(0.0, self.cfg.pin_s - (asyncio.get_running_loop().time() - began)))
                 log(f"sleep: pinned a {self.cfg.pin_bytes / 2**20:.0f} MiB backup in {self.cfg.pin_s:.2f}s")
         self.asleep = set(PARTS)
+        # The KV blocks are gone, their index is not (vllm#17103): a cached prefix now reads garbage.
+        self.weights.stale |= self.weights.cached
+        self.weights.cached.clear()
         return JSONResponse({"success": True})
 
     async def wake(self, request: Request) -> Response:
@@ -113,6 +130,7 @@ class FakePark:
             self.weights.ok = self.weights.ok and self.kept and "wake-corrupts" not in self.cfg.faults
             if "wake-zero-acceptance" in self.cfg.faults:
                 self.lose_drafter()
+            self._subtle_faults()
         self.asleep -= set(tags)
         return JSONResponse({"success": True})
 
@@ -129,6 +147,19 @@ class FakePark:
             await asyncio.sleep(self.cfg.reload_s)
         self.weights.ok = True
         return JSONResponse({"results": [None]})
+
+    def _subtle_faults(self) -> None:
+        """What a wake gets slightly wrong: only the logprobs, or only later requests, show it."""
+        faults, w = self.cfg.faults, self.weights
+        self.wakes += 1
+        if "wake-drifts" in faults or (
+            "drifts-after-cycles" in faults and self.wakes >= self.cfg.fault_after
+        ):
+            w.drift = 0.05
+        if "wake-corrupts-shard" in faults:
+            w.shard = 3
+        if "wake-then-fails" in faults:
+            w.failing = True
 
     async def is_sleeping(self, _: Request) -> Response:
         return JSONResponse({"is_sleeping": self.sleeping})

@@ -3,6 +3,8 @@ and how two answers agree (where they first differ)."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from daemon.core.profiles import Profile
@@ -10,7 +12,7 @@ from daemon.engines import ENGINES
 from daemon.engines.answers import REQUESTS, Answer, AnswerKind, BadAnswer, parse_answer, request_body
 from daemon.proving.agreement import agreement, first_difference
 
-COMPLETION, CHAT = REQUESTS
+COMPLETION, CHAT, LONG = REQUESTS
 PROFILE = Profile(
     name="p", engine="vllm", model="/m", served_model_name="kimi", port=8000, gpus=[0], tensor_parallel_size=1
 )
@@ -25,20 +27,23 @@ def test_the_requests_are_greedy_seeded_whole_and_short() -> None:
     assert body["seed"] == 0
     assert body["stream"] is False
     assert body["return_token_ids"] is True
-    assert body["logprobs"] == 0
+    assert body["logprobs"] == 5  # the fingerprint: top-5 logprobs of every token
     assert body["model"] == "kimi"
     path, body = request_body(PROFILE, CHAT, ENGINES["sglang"].answer_extras)
     assert path == "/v1/chat/completions"
     assert "return_token_ids" not in body  # SGLang is not asked for vLLM's extension
     assert body["messages"] == [{"role": "user", "content": CHAT.prompt}]
     assert body["logprobs"] is True
+    assert body["top_logprobs"] == 5
 
 
 def test_an_answer_is_read_as_token_ids_then_logprob_tokens_then_text() -> None:
     vllm = {"choices": [{"text": " Paris.", "token_ids": [12, 13], "logprobs": {"tokens": ["a", "b"]}}]}
     assert parse_answer(COMPLETION, vllm).tokens == ("12", "13")
     chat = {"choices": [{"message": {"content": "Red"}, "logprobs": {"content": [{"token": "Red"}]}}]}
-    assert parse_answer(CHAT, chat) == Answer(AnswerKind.CHAT, CHAT.prompt, "Red", ("Red",))
+    assert parse_answer(CHAT, chat) == Answer(
+        AnswerKind.CHAT, CHAT.prompt, "Red", ("Red",), ((-math.inf, ()),)
+    )
     plain = {"choices": [{"text": " Paris"}]}
     assert parse_answer(COMPLETION, plain).units() == tuple(" Paris")
     with pytest.raises(BadAnswer):

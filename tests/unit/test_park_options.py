@@ -34,7 +34,9 @@ def test_each_engine_parks_its_own_way(tmp_path: Path) -> None:
     assert (v.park, v.park_level, v.park_residual_mib) == (ParkMode.SLEEP, 1, 6144)
     assert "--enable-sleep-mode" in engine_for(v).argv(v)
     assert engine_for(v).environment(v)["VLLM_SERVER_DEV_MODE"] == "1"
-    assert engine_for(v).park_calls(v) == ParkCalls("/sleep?level=1", (ParkStep("/wake_up"),), "/is_sleeping")
+    assert engine_for(v).park_calls(v) == ParkCalls(
+        "/sleep?level=1", (ParkStep("/wake_up"),), "/is_sleeping", "/reset_prefix_cache"
+    )
     # Level 2 drops the weights: the documented wake reloads them between the two halves (vllm#29341).
     level2 = engine_for(v2).park_calls(v2)
     assert level2 is not None
@@ -47,7 +49,11 @@ def test_each_engine_parks_its_own_way(tmp_path: Path) -> None:
     # SGLang's resume restores the weights only from a CPU backup (sglang#6367): both flags rendered.
     argv = engine_for(s).argv(s)
     assert argv[-2:] == ["--enable-memory-saver", "--enable-weights-cpu-backup"], argv
-    calls = ParkCalls("/release_memory_occupation", (ParkStep("/resume_memory_occupation"),))
+    calls = ParkCalls(
+        "/release_memory_occupation",
+        (ParkStep("/resume_memory_occupation"),),
+        reset_prefix_cache="/flush_cache",
+    )
     assert engine_for(s).park_calls(s) == calls
     # Without park: none of it (the dev endpoints stay closed).
     assert "--enable-sleep-mode" not in engine_for(plain).argv(plain)
