@@ -22,6 +22,7 @@ BASELINE_UNIT = "vllm-kimi-k25-int4.service"
 COLD_LOAD_S = 8.0
 SPEC = {"k": 3, "acceptance": 0.5}
 MIB = 1024**2
+SUBTLE_FAULTS = ("wake-drifts", "wake-corrupts-shard", "stale-prefix-cache", "wake-then-fails")
 
 
 @contextlib.contextmanager
@@ -58,6 +59,9 @@ def park_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     write("level2", park="sleep", settings={"park_level": "2"})
     write("norpc", park="sleep", settings={"park_level": "2"}, faults=("no-collective-rpc",))
     write("corrupt", park="sleep", faults=("wake-corrupts",))
+    # What only the fingerprint shows (issue 52): each ends in a stop and a cold start.
+    for fault in SUBTLE_FAULTS:
+        write(f"fp-{fault}", park="sleep", faults=(fault,), engine_args=("--logprob-noise", "0.004"))
     # Three that pin 1 MiB of weights each when parked, in a budget of 2.5 MiB: two fit, a third evicts.
     for name in ("pa", "pb", "pc"):
         weights = models / f"weights-{name}"

@@ -7,7 +7,7 @@ The requests are OpenAI-shaped (both engines serve them: vLLM's and SGLang's Ope
 `logprobs` and `top_logprobs`); an engine adds what makes its answer exact (`Engine.answer_extras`: vLLM's
 token ids). Each answer keeps the top-5 logprobs of every generated token: its fingerprint, which moves
 when the weights move even where the greedy tokens do not (daemon/proving/fingerprint.py). The third
-request spans many KV-cache blocks (about 40 of vLLM's 16-token blocks) and is also served before a park,
+request spans many KV-cache blocks (about 30 of vLLM's 16-token blocks) and is also served before a park,
 so that a prefix cache that outlived the sleep shows. 16 + 10 + 6 tokens, one after the other (a batch of
 one): at the seed's 82 tok/s single stream about 0.4 s."""
 
@@ -39,9 +39,10 @@ class AnswerRequest:
 
 
 TOP_LOGPROBS = 5  # alternatives per position in the fingerprint
-# Many KV blocks of a prompt no answer shares a prefix with: ~640 tokens, 40 blocks of 16.
+# Many KV blocks of a prompt no answer shares a prefix with: ~500 tokens (~30 blocks of 16), well inside
+# a 1024-token context.
 LONG_PROMPT = " ".join(
-    f"Item {i}: the river carries boat {i * 7 % 31} past bridge {i % 13}." for i in range(48)
+    f"Item {i}: the river carries boat {i * 7 % 31} past bridge {i % 13}." for i in range(24)
 )
 REQUESTS = (
     AnswerRequest(AnswerKind.COMPLETION, "The capital of France is", 16),

@@ -95,7 +95,8 @@ class Prober:
         except (httpx.HTTPError, ValueError) as e:
             raise ProbeFailed(f"the known-answer {req.kind} request failed: {e!r}") from e
         if not isinstance(data, dict):
-            raise ProbeFailed(f"the known-answer {req.kind} request answered HTTP {r.status_code}")
+            said = " ".join(r.text.split())[:300]  # the engine's reason (a 400 says which field)
+            raise ProbeFailed(f"the known-answer {req.kind} request answered HTTP {r.status_code}: {said}")
         try:
             return parse_answer(req, data)
         except BadAnswer as e:

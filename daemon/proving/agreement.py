@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from daemon.engines.answers import Answer, AnswerKind
+from daemon.proving import fingerprint
 from daemon.proving.fingerprint import paired
 
 
@@ -83,3 +84,21 @@ def shorten(text: str, limit: int = 40) -> str:
     """An answer as a run event quotes it."""
     flat = " ".join(text.split())
     return repr(flat if len(flat) <= limit else flat[: limit - 1] + "…")
+
+
+def differs(now: tuple[Answer, ...], recorded: tuple[Answer, ...], this: str, that: str) -> str | None:
+    """What differs first between two sets of answers, in words; None: the same tokens throughout."""
+    for _, a, b in paired(now, recorded):
+        if (i := first_difference(a, b)) is not None:
+            said = f"{this} {shorten(a.text)} vs {that} {shorten(b.text)}"
+            return f"the {a.kind} answer differs from token {i}: {said}"
+    return None
+
+
+def judge(now: tuple[Answer, ...], recorded: tuple[Answer, ...], tolerance: float) -> str | None:
+    """What a wake's answers got wrong against the record: other tokens, or logprobs moved by more than
+    the tolerance (the first position, and by how much); None: the same."""
+    if why := differs(now, recorded, "after the wake", "before the park"):
+        return why
+    moved = fingerprint.drift(now, recorded, tolerance)
+    return moved.describe(tolerance) if moved is not None else None

@@ -124,7 +124,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-running", type=int, default=0, help="requests run at once; more wait (0: no cap)")
     p.add_argument("--fault", action="append", choices=FAULTS, default=[])
     p.add_argument(
-        "--fault-after", type=int, default=3, help="*-after-ready: requests served first (probe incl.)"
+        "--fault-after", type=int, default=7, help="*-after-ready: requests served first (probe incl.)"
     )
     p.add_argument(
         "--rendered",

@@ -7,10 +7,13 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from daemon.engines.answers import REQUESTS
 from k25_sandbox import sandbox as sbx
 from k25_sandbox.layout import fake_engine_profile, make_models, make_weights
 from k25_sandbox.ports import free_port
 
+# What a cold start asks before the host serves: the probe's generation, the known answer twice.
+READY_REQUESTS = 1 + 2 * len(REQUESTS)
 # Extra profiles the system tests need: each fault the fake engine can show, on its own port.
 FAULT_PROFILES: dict[str, dict[str, Any]] = {
     "crashy": {"flavor": "vllm", "faults": ("crash-loading",)},
@@ -20,9 +23,9 @@ FAULT_PROFILES: dict[str, dict[str, Any]] = {
     "deadlocked": {"flavor": "sglang", "faults": ("deadlock",), "probe_timeout_s": 3.0},
     "slow": {"flavor": "vllm", "load_seconds": 8.0},
     "fragile": {"flavor": "vllm"},
-    # Faults that strike while serving (the probe and the known answer's two requests are the first three).
-    "late-crash": {"flavor": "vllm", "faults": ("crash-after-ready",), "fault_after": 4},
-    "late-hang": {"flavor": "sglang", "faults": ("hang-after-ready",), "fault_after": 3},
+    # Faults that strike while serving (the probe and the known answer's requests, asked twice, come first).
+    "late-crash": {"flavor": "vllm", "faults": ("crash-after-ready",), "fault_after": READY_REQUESTS + 1},
+    "late-hang": {"flavor": "sglang", "faults": ("hang-after-ready",), "fault_after": READY_REQUESTS},
     "brittle": {"flavor": "vllm", "rate": 120.0, "settings": {"on_failure": '"none"'}},
     # Real weight files read like a lazy mmap loader, warmed into the page cache during the switch.
     "warmable": {"flavor": "vllm", "settings": {"warm": '"on-switch"'}, "weights": "warm-weights"},

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from fnmatch import fnmatch
@@ -271,8 +272,13 @@ def test_the_known_answer_is_the_same_across_cold_starts(real: Real) -> None:
         assert activate(api, "real-vllm")["outcome"] == "active"
     for run_id in starts:
         details = [e["detail"] for e in api.run(run_id)["events"]]
-        assert any(d.startswith("known answer recorded: ") for d in details), (run_id, details)
+        assert any(d.startswith("known answer recorded: ") for d in details), "\n".join(details)
         assert not any("not what run" in d for d in details), (run_id, details)  # equal to the one before
+        # Issue 52: the fingerprint; each cold start's tolerance (two asks of the same process), and how far
+        # the second cold start's logprobs lie from the first's.
+        recorded = next(d for d in details if d.startswith("known answer recorded: "))
+        assert re.search(r"; logprob tolerance [\d.e-]+", recorded), recorded
+        print(f"run {run_id}: {recorded}")
     known = api.client.get("/profiles/real-vllm").json()["known_answer"]
     assert known["run_id"] == starts[-1]
     assert all(a["tokens"] > 0 for a in known["answers"]), known  # compared by token ids

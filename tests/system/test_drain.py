@@ -13,6 +13,7 @@ import pytest
 
 from daemon.engines import vllm
 from k25_sandbox import sandbox as sbx
+from k25_sandbox.faults import READY_REQUESTS
 from k25_sandbox.layout import fake_engine_profile, make_models
 from k25_sandbox.ports import free_port
 from tests.sandboxing import Api, inside
@@ -23,10 +24,10 @@ from tests.waiting import eventually_sync
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     extra, models = tmp_path_factory.mktemp("drain-profiles"), tmp_path_factory.mktemp("drain-models")
     make_models(models)
-    # The probe and the known answer's two requests are the first three; every later one hangs (never a
+    # The probe and the known answer's requests (asked twice) come first; every later one hangs (never a
     # token), /health stays 200.
     text = fake_engine_profile("endless", flavor="vllm", port=free_port(), models=models, load_seconds=1.0,
-                               faults=("hang-after-ready",), fault_after=3)  # fmt: skip
+                               faults=("hang-after-ready",), fault_after=READY_REQUESTS)  # fmt: skip
     (extra / "endless.toml").write_text(text)
     # The endless request hangs on purpose: a stall (the sandbox's stall_s is 4 s) would mark the host
     # unhealthy while a test still holds it (CI: "unhealthy" after a cancelled drain, 4+ s after the

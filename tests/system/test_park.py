@@ -329,6 +329,30 @@ def test_a_wake_that_answers_garbage_is_caught_and_nothing_serves_it(host: Api) 
     print(f"corrupt wake: {len(seen)} answers asked, {sum('!!' in t for _, t in seen)} garbage before active")
 
 
+@pytest.mark.parametrize(
+    ("fault", "why"),
+    [
+        ("wake-drifts", "logprobs moved at token 0 of request 0"),
+        ("wake-corrupts-shard", "logprobs moved at token 3 of request 0"),
+        ("stale-prefix-cache", "the completion answer differs from token 0"),
+        ("wake-then-fails", "probe completion answered HTTP 500"),  # the probe's generation, first
+    ],
+)
+def test_a_subtly_wrong_wake_is_stopped_and_started_cold(host: Api, fault: str, why: str) -> None:
+    """Issue 52: what only the fingerprint (or a request after the wake) shows. The woken engine is never
+    active: the check fails twice (an engine that fails every request already fails the probe's
+    generation), the engine is stopped and started cold, the reason on the run and in the journal."""
+    name = f"fp-{fault}"
+    pid, back = park_and_wake(host, name)
+    stopped = f"stopping parked {name}: wake failed: {why}"
+    assert any(d.startswith(stopped) for d in details(back, "stop")), "\n".join(details(back))
+    assert not any(d.startswith("known answer equal") for d in details(back, "waking")), details(back)
+    assert main_pid(host, f"k25-engine@{name}.service") != pid  # a new process: the cold start
+    assert back["outcome"] == "active"
+    daemon = inside(host.info, "journalctl", "-u", "k25-ctl.service", "-o", "cat", "--no-pager").stdout
+    assert f"run {back['id']}: {stopped}" in daemon
+
+
 def test_two_engines_park_at_once_and_a_third_evicts_the_least_recently_parked(host: Api) -> None:
     unpark_all(host)
     for name in ("pa", "pb", "pc"):

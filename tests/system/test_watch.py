@@ -72,7 +72,7 @@ def test_kill_9_of_the_default_profile_fails_then_restarts(api: Api, sandbox: Sa
 def test_a_late_crash_rolls_back_to_the_known_good(api: Api) -> None:
     api.activate("baseline", force=True)
     run = api.activate("late-crash")
-    assert run["outcome"] == "active"  # the probe and the known answer were requests 1 to 3
+    assert run["outcome"] == "active"  # the probe and the known answer (asked twice) came first
     serving = api.wait_until(lambda: api.status()["serving_run_id"], what="serving")
     port = api.client.get("/profiles/late-crash").json()["port"]
     httpx.post(f"http://127.0.0.1:{port}/v1/completions", json={"prompt": "hi", "max_tokens": 4}, timeout=30)

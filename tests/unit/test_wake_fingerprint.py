@@ -18,7 +18,7 @@ from daemon.engines import engine_for
 from daemon.engines.answers import PRIMING, REQUESTS, Answer
 from daemon.engines.client import ProbeFailed, Prober
 from daemon.proving import fingerprint
-from daemon.proving.known_answer import judge
+from daemon.proving.agreement import judge
 from tests.fake_engines import Engine, Start
 
 NOISE = "0.004"  # nats, uniform +-: two asks differ by at most 0.008, under the 0.01 floor
