@@ -22,6 +22,7 @@ BASELINE_UNIT = "vllm-kimi-k25-int4.service"
 COLD_LOAD_S = 8.0
 SPEC = {"k": 3, "acceptance": 0.5}
 MIB = 1024**2
+CYCLES = 20
 SUBTLE_FAULTS = ("wake-drifts", "wake-corrupts-shard", "stale-prefix-cache", "wake-then-fails")
 
 
@@ -62,6 +63,18 @@ def park_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     # What only the fingerprint shows (issue 52): each ends in a stop and a cold start.
     for fault in SUBTLE_FAULTS:
         write(f"fp-{fault}", park="sleep", faults=(fault,), engine_args=("--logprob-noise", "0.004"))
+    # 20 park-and-wake cycles in a row (issue 52): the weights drift from the 20th wake on; a quick
+    # profile that does not park is where each cycle goes away to.
+    fast = ("--logprob-noise", "0.004")
+    write(
+        "fp-cycles",
+        park="sleep",
+        rate=2000.0,
+        faults=("drifts-after-cycles",),
+        fault_after=CYCLES,
+        engine_args=fast,
+    )
+    write("quick", rate=2000.0, load_seconds=0.2)
     # Three that pin 1 MiB of weights each when parked, in a budget of 2.5 MiB: two fit, a third evicts.
     for name in ("pa", "pb", "pc"):
         weights = models / f"weights-{name}"

@@ -121,9 +121,11 @@ def test_a_clean_wake_passes_and_one_flipped_bit_in_one_shard_is_caught(nvml: ob
     got = {k: tuple(Answer.from_json(a) for a in v) for k, v in json.loads(run.stdout).items()}
     recorded = got["recorded"]
     tolerance = fingerprint.tolerance(recorded, got["again"])
-    print(f"tolerance from two cold asks: {tolerance:g} (floor {FLOOR:g})")
+    twice = fingerprint.largest(recorded, got["again"])
+    print(f"two cold asks differ by {twice:g}: tolerance {tolerance:g} (floor {FLOOR:g})")
     clean = judge(got["clean"], recorded, tolerance)
-    print(f"clean wake: {clean or 'equal within the tolerance'}")
+    moved = fingerprint.largest(got["clean"], recorded)
+    print(f"clean wake: logprobs moved {moved:g}: {clean or 'equal within the tolerance'}")
     assert clean is None
     for name, bit in FLIPS:
         said = judge(got[f"{name}:{bit}"], recorded, tolerance)

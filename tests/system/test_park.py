@@ -19,6 +19,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.parking_host import (
     BASELINE_UNIT,
+    CYCLES,
     MIB,
     cli,
     cold_or_woken,
@@ -351,6 +352,27 @@ def test_a_subtly_wrong_wake_is_stopped_and_started_cold(host: Api, fault: str, 
     assert back["outcome"] == "active"
     daemon = inside(host.info, "journalctl", "-u", "k25-ctl.service", "-o", "cat", "--no-pager").stdout
     assert f"run {back['id']}: {stopped}" in daemon
+
+
+def test_twenty_cycles_each_checked_and_the_drift_caught_at_the_cycle_it_starts(host: Api) -> None:
+    """Issue 52 (torch_memory_saver#71: garbage after several cycles): one engine parked and woken 20
+    times in a row, the known answer checked after each wake; its weights drift from the 20th wake on.
+    Wakes 1-19 serve (the same process), the 20th is caught: stopped and started cold."""
+    unpark_all(host)
+    switch(host, "fp-cycles")
+    pid = main_pid(host, "k25-engine@fp-cycles.service")
+    seen = []
+    for cycle in range(1, CYCLES + 1):
+        switch(host, "quick")
+        back = switch(host, "fp-cycles")
+        stages = back["load_stages"] or {}
+        caught = any("wake failed: logprobs moved" in d for d in details(back, "stop"))
+        seen.append((cycle, caught, main_pid(host, "k25-engine@fp-cycles.service") == pid))
+        print(f"cycle {cycle}: wake {stages.get('wake', 0):.2f}s, check {stages.get('known_answer', 0):.2f}s"
+              f"{', caught: started cold' if caught else ''}")  # fmt: skip
+    assert [c for c, caught, _ in seen if caught] == [CYCLES], seen
+    assert all(same for c, _, same in seen if c < CYCLES), seen  # every clean wake kept the process
+    assert not seen[-1][2]  # the caught one was started cold
 
 
 def test_two_engines_park_at_once_and_a_third_evicts_the_least_recently_parked(host: Api) -> None:
