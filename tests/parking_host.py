@@ -23,7 +23,14 @@ COLD_LOAD_S = 8.0
 SPEC = {"k": 3, "acceptance": 0.5}
 MIB = 1024**2
 CYCLES = 20
-SUBTLE_FAULTS = ("wake-drifts", "wake-corrupts-shard", "stale-prefix-cache", "wake-then-fails")
+SUBTLE_FAULTS = (
+    "wake-drifts",
+    "wake-corrupts-shard",
+    "stale-prefix-cache",
+    "wake-then-fails",
+    "wake-loses-lora",
+)
+LORA = ("--enable-lora", "--lora-modules", "sql=/srv/lora/sql")  # one adapter, with its known answer
 
 
 @contextlib.contextmanager
@@ -62,7 +69,8 @@ def park_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     write("corrupt", park="sleep", faults=("wake-corrupts",))
     # What only the fingerprint shows (issue 52): each ends in a stop and a cold start.
     for fault in SUBTLE_FAULTS:
-        write(f"fp-{fault}", park="sleep", faults=(fault,), engine_args=("--logprob-noise", "0.004"))
+        write(f"fp-{fault}", park="sleep", faults=(fault,), engine_args=("--logprob-noise", "0.004", *LORA),
+              settings={"lora_adapters": '{sql = "/srv/lora/sql"}'})  # fmt: skip
     # 20 park-and-wake cycles in a row (issue 52): the weights drift from the 20th wake on; a quick
     # profile that does not park is where each cycle goes away to.
     fast = ("--logprob-noise", "0.004")

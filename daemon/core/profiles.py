@@ -95,6 +95,9 @@ class Profile(BaseModel):
     extra_args: list[str] = Field(default_factory=list)
     environment: dict[str, str] = Field(default_factory=dict)
     speculative: SpeculativeConfig | None = None
+    # LoRA adapters the engine serves beside the base model (name -> path): rendered as the engine's flags,
+    # and each gets a known-answer request of its own (a wake that loses one is caught).
+    lora_adapters: dict[str, str] = Field(default_factory=dict)
     command: list[str] | None = None
     health_path: str | None = None
     metrics_path: str | None = None
@@ -125,6 +128,16 @@ class Profile(BaseModel):
     def _safe_name(cls, v: str) -> str:
         if not NAME_RE.match(v):
             raise ValueError("must be lowercase letters, digits, '-' or '_' (no path separators or dots)")
+        return v
+
+    @field_validator("lora_adapters")
+    @classmethod
+    def _adapter_names(cls, v: dict[str, str]) -> dict[str, str]:
+        for name, path in v.items():
+            if not NAME_RE.match(name) or not path:
+                raise ValueError(
+                    f"adapter {name!r}: a name of lowercase letters, digits, '-' or '_', and a path"
+                )
         return v
 
     @field_validator("unit")

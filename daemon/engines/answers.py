@@ -8,8 +8,8 @@ The requests are OpenAI-shaped (both engines serve them: vLLM's and SGLang's Ope
 token ids). Each answer keeps the top-5 logprobs of every generated token: its fingerprint, which moves
 when the weights move even where the greedy tokens do not (daemon/proving/fingerprint.py). The third
 request spans many KV-cache blocks (about 30 of vLLM's 16-token blocks) and is also served before a park,
-so that a prefix cache that outlived the sleep shows. 16 + 10 + 6 tokens, one after the other (a batch of
-one): at the seed's 82 tok/s single stream about 0.4 s."""
+so that a prefix cache that outlived the sleep shows. 12 + 8 + 6 tokens, one after the other (a batch of
+one): at the seed's 82 tok/s single stream about 0.32 s (and 8 more per LoRA adapter)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,7 @@ class AnswerRequest:
     kind: AnswerKind
     prompt: str
     max_tokens: int
+    adapter: str = ""  # a LoRA adapter the request is served by ("": the base model)
 
 
 TOP_LOGPROBS = 5  # alternatives per position in the fingerprint
@@ -45,10 +46,21 @@ LONG_PROMPT = " ".join(
     f"Item {i}: the river carries boat {i * 7 % 31} past bridge {i % 13}." for i in range(24)
 )
 REQUESTS = (
-    AnswerRequest(AnswerKind.COMPLETION, "The capital of France is", 16),
-    AnswerRequest(AnswerKind.CHAT, "Name the three primary colours.", 10),
+    AnswerRequest(AnswerKind.COMPLETION, "The capital of France is", 12),
+    AnswerRequest(AnswerKind.CHAT, "Name the three primary colours.", 8),
     AnswerRequest(AnswerKind.COMPLETION, LONG_PROMPT + "\nThe last item was", 6),
 )
+ADAPTER_PROMPT, ADAPTER_TOKENS = "The capital of France is", 8
+
+
+def requests_for(profile: Profile) -> tuple[AnswerRequest, ...]:
+    """The known-answer requests of a profile: the fixed three, and one per LoRA adapter it serves."""
+    adapters = (
+        AnswerRequest(AnswerKind.COMPLETION, ADAPTER_PROMPT, ADAPTER_TOKENS, a) for a in profile.lora_adapters
+    )
+    return (*REQUESTS, *sorted(adapters, key=lambda r: r.adapter))
+
+
 PRIMING = REQUESTS[2]  # served before a park: a stale prefix-cache hit after the wake shows in its answer
 Position = tuple[float, tuple[tuple[str, float], ...]]  # the chosen token's logprob, the top alternatives
 
@@ -63,6 +75,7 @@ class Answer:
     text: str
     tokens: tuple[str, ...] = ()
     logprobs: tuple[Position, ...] = ()  # per generated token; () where the engine gave none
+    adapter: str = ""  # the LoRA adapter that answered ("": the base model)
 
     def units(self) -> tuple[str, ...]:
         """What is compared position by position: the tokens, or the characters without them."""
@@ -75,6 +88,7 @@ class Answer:
             "text": self.text,
             "tokens": list(self.tokens),
             "logprobs": [[lp, [list(t) for t in top]] for lp, top in self.logprobs],
+            "adapter": self.adapter,
         }
 
     @classmethod
@@ -86,6 +100,7 @@ class Answer:
             str(data["text"]),
             tuple(str(t) for t in tokens) if isinstance(tokens, list) else (),
             _positions(logprobs),
+            str(data.get("adapter") or ""),
         )
 
 
@@ -125,7 +140,7 @@ def parse_answer(req: AnswerRequest, data: ForeignJson) -> Answer:
         text = choice.get("text")
     if not isinstance(text, str):
         raise BadAnswer(f"no text in the answer: {str(choice)[:200]}")
-    return Answer(req.kind, req.prompt, text, _tokens(choice), _choice_logprobs(choice))
+    return Answer(req.kind, req.prompt, text, _tokens(choice), _choice_logprobs(choice), req.adapter)
 
 
 def _tokens(choice: dict[str, object]) -> tuple[str, ...]:

@@ -225,6 +225,10 @@ class Engine(ABC):
         """The HTTP calls that park and wake it (None: it cannot park)."""
         return None
 
+    def adapter_fields(self, adapter: str) -> dict[str, object]:
+        """What an OpenAI request adds to be served by a LoRA adapter: vLLM serves each as a model."""
+        return {"model": adapter}
+
     def park_flags(self, profile: Profile) -> tuple[str, ...]:
         """The engine flags a parkable profile needs (rendered; a `command` must carry them itself)."""
         return tuple(self.park_flag_reasons) if profile.park is not None else ()

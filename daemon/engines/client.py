@@ -88,7 +88,8 @@ class Prober:
 
     async def answer(self, profile: Profile, engine: Engine, req: AnswerRequest) -> Answer:
         """One known-answer request, whole; raises ProbeFailed when there is no answer to compare."""
-        path, body = request_body(profile, req, engine.answer_extras)
+        extras = dict(engine.answer_extras) | (engine.adapter_fields(req.adapter) if req.adapter else {})
+        path, body = request_body(profile, req, extras)
         try:
             r = await self._client.post(profile.base_url + path, json=body, timeout=profile.probe_timeout_s)
             data = r.json() if r.status_code == 200 else None

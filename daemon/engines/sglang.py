@@ -72,6 +72,7 @@ FLAG_MEMORY_SAVER = "--enable-memory-saver"
 FLAG_WEIGHTS_CPU_BACKUP = "--enable-weights-cpu-backup"
 PATH_RELEASE = "/release_memory_occupation"
 PATH_RESUME = "/resume_memory_occupation"
+FLAG_ENABLE_LORA, FLAG_LORA_PATHS = "--enable-lora", "--lora-paths"  # name=path ... (docs: LoRA serving)
 PATH_FLUSH_CACHE = (
     "/flush_cache"  # POST: drops the radix cache (python/sglang/srt/entrypoints/http_server.py)
 )
@@ -167,7 +168,17 @@ class SglangEngine(Engine):
                 "--speculative-num-draft-tokens",
                 str(spec.draft_tokens_per_step),
             ]
+        if profile.lora_adapters:
+            argv += [
+                FLAG_ENABLE_LORA,
+                FLAG_LORA_PATHS,
+                *(f"{n}={p}" for n, p in profile.lora_adapters.items()),
+            ]
         return argv + list(self.park_flags(profile)) + profile.extra_args
+
+    def adapter_fields(self, adapter: str) -> dict[str, object]:
+        """SGLang names the adapter in the request's `lora_path` (its OpenAI server takes it too)."""
+        return {"lora_path": adapter}
 
     def park_calls(self, profile: Profile) -> ParkCalls | None:
         if profile.park is None:

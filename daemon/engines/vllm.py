@@ -81,6 +81,10 @@ PATH_WAKE_WEIGHTS = "/wake_up?tags=weights"
 PATH_COLLECTIVE_RPC = "/collective_rpc"
 RPC_RELOAD_WEIGHTS = {"method": "reload_weights"}
 PATH_WAKE_KV_CACHE = "/wake_up?tags=kv_cache"
+FLAG_ENABLE_LORA, FLAG_LORA_MODULES = (
+    "--enable-lora",
+    "--lora-modules",
+)  # name=path ... (docs/features/lora.md)
 PATH_RESET_PREFIX_CACHE = (
     "/reset_prefix_cache"  # POST, a dev endpoint like /sleep (vllm/entrypoints/serve/dev)
 )
@@ -178,6 +182,12 @@ class VllmEngine(Engine):
             if spec.draft_tensor_parallel_size is not None:
                 config["draft_tensor_parallel_size"] = spec.draft_tensor_parallel_size
             argv += ["--speculative-config", json.dumps(config, separators=(",", ":"))]
+        if profile.lora_adapters:  # each adapter then answers as a model of its own name
+            argv += [
+                FLAG_ENABLE_LORA,
+                FLAG_LORA_MODULES,
+                *(f"{n}={p}" for n, p in profile.lora_adapters.items()),
+            ]
         return argv + list(self.park_flags(profile)) + profile.extra_args
 
     def environment(

@@ -91,7 +91,8 @@ def differs(now: tuple[Answer, ...], recorded: tuple[Answer, ...], this: str, th
     for _, a, b in paired(now, recorded):
         if (i := first_difference(a, b)) is not None:
             said = f"{this} {shorten(a.text)} vs {that} {shorten(b.text)}"
-            return f"the {a.kind} answer differs from token {i}: {said}"
+            which = f"adapter {a.adapter}'s {a.kind}" if a.adapter else str(a.kind)
+            return f"the {which} answer differs from token {i}: {said}"
     return None
 
 

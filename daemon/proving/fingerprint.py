@@ -36,9 +36,11 @@ class Drift:
 
 
 def paired(now: tuple[Answer, ...], recorded: tuple[Answer, ...]) -> list[tuple[int, Answer, Answer]]:
-    """The requests both sets answered (by kind and prompt), in the order of `now`, with their index."""
-    theirs = {(a.kind, a.prompt): a for a in recorded}
-    return [(i, a, theirs[(a.kind, a.prompt)]) for i, a in enumerate(now) if (a.kind, a.prompt) in theirs]
+    """The requests both sets answered (by kind, prompt and adapter), in the order of `now`, with their
+    index."""
+    theirs = {(a.kind, a.prompt, a.adapter): a for a in recorded}
+    keys = [(i, a, (a.kind, a.prompt, a.adapter)) for i, a in enumerate(now)]
+    return [(i, a, theirs[k]) for i, a, k in keys if k in theirs]
 
 
 def _position_drift(a: Position, b: Position) -> tuple[float, str]:

@@ -18,7 +18,7 @@ from daemon.core.errors import StoreError
 from daemon.core.profiles import LoadedProfile, ProfileSet
 from daemon.core.run_types import Phase
 from daemon.engines import engine_for
-from daemon.engines.answers import PRIMING, REQUESTS, Answer
+from daemon.engines.answers import PRIMING, Answer, requests_for
 from daemon.engines.client import EnginePort, ProbeFailed
 from daemon.proving import fingerprint
 from daemon.proving.agreement import Agreement, agreement, differs, judge, shorten
@@ -73,7 +73,7 @@ class KnownAnswers:
         p, engine = lp.profile, engine_for(lp.profile)
         try:
             async with asyncio.timeout(p.probe_timeout_s):
-                return tuple([await self.prober.answer(p, engine, req) for req in REQUESTS])
+                return tuple([await self.prober.answer(p, engine, req) for req in requests_for(p)])
         except TimeoutError:
             raise ProbeFailed(f"no answer within probe_timeout_s={p.probe_timeout_s:g}s") from None
 

@@ -63,6 +63,8 @@ class Weights:
     shard: int | None = None
     noise: float = 0.0
     failing: bool = False  # every request answers 500 (a wake that threw inside the engine)
+    # LoRA adapters served (name -> whether its weights are in place; False: it answers as the base model)
+    adapters: dict[str, bool] = field(default_factory=dict)
     # Prompts whose prefix is in the KV cache; `stale`: indexed before a sleep that discarded the blocks.
     cached: set[str] = field(default_factory=set)
     stale: set[str] = field(default_factory=set)

@@ -57,8 +57,9 @@ FAULTS = (
     "stale-prefix-cache",  # no prefix-cache reset: blocks indexed before the sleep are read (vllm#17103)
     "drifts-after-cycles",  # from the --fault-after'th wake on, logprobs move (torch_memory_saver#71)
     "wake-then-fails",  # the wake answers 200, then every request 500 with /health 200 (vllm#49237)
+    "wake-loses-lora",  # the LoRA adapters not restored: they answer as the base model (vllm#53888)
 )
-PARK_FAULTS = frozenset(FAULTS[-10:])
+PARK_FAULTS = frozenset(FAULTS[-11:])
 
 
 def _drafter_args(p: argparse.ArgumentParser) -> None:
@@ -119,6 +120,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--pin-gbps-registered", type=float, default=0.0, help="per worker, registered pinning")
     p.add_argument("--pin-host-gbps-registered", type=float, default=0.0, help="its ceiling (0: none)")
     p.add_argument("--pin-mib", type=int, default=0, help="the host RAM that backup really takes (MiB)")
+    # LoRA adapters, by the engine's own flags: vLLM --lora-modules, SGLang --lora-paths (name=path each).
+    p.add_argument(vl.FLAG_ENABLE_LORA, dest="enable_lora", action="store_true")
+    p.add_argument(vl.FLAG_LORA_MODULES, sg.FLAG_LORA_PATHS, dest="lora", nargs="+", default=[])
     p.add_argument("--logprob-noise", type=float, default=0.0, help="engine-like float noise on logprobs")
     p.add_argument("--answer-salt", default="", help="answer other tokens (another model, a broken drafter)")
     p.add_argument("--max-running", type=int, default=0, help="requests run at once; more wait (0: no cap)")
@@ -336,6 +340,7 @@ def main(argv: list[str] | None = None) -> int:
         park=_park_config(args, gib),
         answer_salt=args.answer_salt,
         logprob_noise=args.logprob_noise,
+        adapters=tuple(a.split("=", 1)[0] for a in args.lora) if args.enable_lora else (),
     )
     app = build_app(cfg, time.monotonic(), lambda: log(sg.LINE_READY), _Workers(workers))
     server = _Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=False))

@@ -77,7 +77,9 @@ class _FakeServer:
     def __init__(self, cfg: FakeConfig, started: float, workers: ParkControl) -> None:
         self.cfg = cfg
         self.started = started
-        self.weights = Weights(salt=cfg.answer_salt, noise=cfg.logprob_noise)
+        self.weights = Weights(
+            salt=cfg.answer_salt, noise=cfg.logprob_noise, adapters=dict.fromkeys(cfg.adapters, True)
+        )
         self.park = FakePark(cfg.park, workers, self.weights, self._lose_drafter) if cfg.park else None
         self.stats = Stats(cfg)
         self.hang = asyncio.Event()  # never set: the deadlock fault
@@ -175,7 +177,10 @@ class _Completion:
         prompt = body.get("prompt") or json.dumps(body.get("messages", ""))
         self.prompt = str(prompt)
         self.prompt_tokens = max(1, len(str(prompt).split()))
-        self.key = prompt_key(body)  # the greedy answer depends on it
+        self.key = prompt_key(body)  # the greedy answer depends on it (and on the adapter that serves it)
+        adapter = str(body.get("lora_path") or body.get("model") or "")
+        if adapter in server.weights.adapters:
+            self.key = f"lora {adapter}|{self.key}" if server.weights.adapters[adapter] else self.key
         self.stats.prompt.inc(self.prompt_tokens)
         self.rid = f"cmpl-{uuid.uuid4().hex[:12]}"
         self.obj = "chat.completion.chunk" if chat else "text_completion"

@@ -160,6 +160,8 @@ class FakePark:
             w.shard = 3
         if "wake-then-fails" in faults:
             w.failing = True
+        if "wake-loses-lora" in faults:  # the adapters not restored (vllm#53888): served as the base model
+            w.adapters = dict.fromkeys(w.adapters, False)
 
     async def is_sleeping(self, _: Request) -> Response:
         return JSONResponse({"is_sleeping": self.sleeping})

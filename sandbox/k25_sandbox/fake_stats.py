@@ -32,6 +32,7 @@ class FakeConfig:
     park: ParkConfig | None = None
     answer_salt: str = ""  # another model: other answers to the same prompts
     logprob_noise: float = 0.0  # engine-like float noise on every logprob (nats, uniform +-)
+    adapters: tuple[str, ...] = ()  # LoRA adapters served beside the base model
     # A drafter of known per-position rates (in place of `acceptance`): draft position i is accepted with
     # chance p_i (non-increasing), whatever the number of tokens drafted, as a real drafter's prefix is.
     position_acceptance: tuple[float, ...] = ()

@@ -337,6 +337,7 @@ def test_a_wake_that_answers_garbage_is_caught_and_nothing_serves_it(host: Api) 
         ("wake-corrupts-shard", "logprobs moved at token 3 of request 0"),
         ("stale-prefix-cache", "the completion answer differs from token 0"),
         ("wake-then-fails", "probe completion answered HTTP 500"),  # the probe's generation, first
+        ("wake-loses-lora", "the adapter sql's completion answer differs from token 0"),
     ],
 )
 def test_a_subtly_wrong_wake_is_stopped_and_started_cold(host: Api, fault: str, why: str) -> None:

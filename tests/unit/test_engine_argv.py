@@ -6,8 +6,11 @@ import json
 import shlex
 from pathlib import Path
 
+import pytest
+
 from daemon.core.profiles import LoadedProfile, Profile, load_profiles
 from daemon.engines import engine_for
+from daemon.engines.answers import requests_for
 
 MODEL = "/srv/models/Kimi-K2.5-INT4"
 DRAFTER = "/srv/models/Kimi-K2.5-EAGLE3"
@@ -119,3 +122,22 @@ def test_engine_caches_live_under_the_persistent_cache_root(stock_profiles: Path
     mine = base.model_copy(update={"environment": {"VLLM_CACHE_ROOT": "/fast/nvme"}})
     assert engine_for(mine).environment(mine, Path("/c"))["VLLM_CACHE_ROOT"] == "/fast/nvme"
     assert "VLLM_CACHE_ROOT" not in engine_for(base).environment(base)
+
+
+def test_lora_adapters_are_rendered_and_each_has_a_known_answer_request() -> None:
+    """Issue 52: a profile's LoRA adapters, as each engine takes them, and the request that proves each
+    after a wake (vLLM serves an adapter as a model of its name, SGLang by the request's lora_path)."""
+    adapters = {"sql": "/srv/lora/sql", "code": "/srv/lora/code"}
+    v = Profile(name="v", engine="vllm", model="/m", port=8000, lora_adapters=adapters)
+    s = Profile(name="s", engine="sglang", model="/m", port=8001, lora_adapters=adapters)
+    assert " --enable-lora --lora-modules sql=/srv/lora/sql code=/srv/lora/code" in shlex.join(
+        engine_for(v).argv(v)
+    )
+    assert " --enable-lora --lora-paths sql=/srv/lora/sql code=/srv/lora/code" in shlex.join(
+        engine_for(s).argv(s)
+    )
+    assert [r.adapter for r in requests_for(v)] == ["", "", "", "code", "sql"]
+    assert engine_for(v).adapter_fields("sql") == {"model": "sql"}
+    assert engine_for(s).adapter_fields("sql") == {"lora_path": "sql"}
+    with pytest.raises(ValueError, match="adapter 'SQL/x'"):
+        Profile(name="b", engine="vllm", model="/m", port=8002, lora_adapters={"SQL/x": "/p"})

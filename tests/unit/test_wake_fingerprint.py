@@ -15,7 +15,7 @@ import pytest
 
 from daemon.core.profiles import ParkMode, Profile
 from daemon.engines import engine_for
-from daemon.engines.answers import PRIMING, REQUESTS, Answer
+from daemon.engines.answers import PRIMING, REQUESTS, Answer, requests_for
 from daemon.engines.client import ProbeFailed, Prober
 from daemon.proving import fingerprint
 from daemon.proving.agreement import judge
@@ -25,15 +25,17 @@ NOISE = "0.004"  # nats, uniform +-: two asks differ by at most 0.008, under the
 RATE = "4000"  # tokens/s: the check's 32 tokens in ~10 ms
 
 
+LORA = ("--enable-lora", "--lora-modules", "sql=/srv/lora/sql")  # one adapter: its own known answer
+
+
 def _profile(engine: Engine) -> Profile:
     port = int(engine.url.rsplit(":", 1)[1])
-    return Profile(
-        name="fp", engine="vllm", model="/m", port=port, park=ParkMode.SLEEP, served_model_name="kimi-k2.5"
-    )
+    return Profile(name="fp", engine="vllm", model="/m", port=port, park=ParkMode.SLEEP, served_model_name="kimi-k2.5",
+                   lora_adapters={"sql": "/srv/lora/sql"})  # fmt: skip
 
 
 async def _ask(prober: Prober, p: Profile) -> tuple[Answer, ...]:
-    return tuple([await prober.answer(p, engine_for(p), req) for req in REQUESTS])
+    return tuple([await prober.answer(p, engine_for(p), req) for req in requests_for(p)])
 
 
 async def _cycle(c: httpx.AsyncClient, prober: Prober, p: Profile) -> None:
@@ -75,10 +77,11 @@ async def _wakes(engine: Engine, tries: int) -> list[str | None]:
         ("wake-corrupts-shard", "logprobs moved at token 3 of request 0: alternative"),
         ("stale-prefix-cache", "the completion answer differs from token 0"),
         ("wake-then-fails", "the known-answer completion request answered HTTP 500"),
+        ("wake-loses-lora", "the adapter sql's completion answer differs from token 0"),
     ],
 )
 def test_each_fault_a_wake_leaves_is_caught_20_of_20(start: Start, fault: str, expect: str) -> None:
-    engine = start("vllm", "--fault", fault, "--logprob-noise", NOISE, "--rate", RATE)
+    engine = start("vllm", "--fault", fault, "--logprob-noise", NOISE, "--rate", RATE, *LORA)
     said = asyncio.run(_wakes(engine, 20))
     caught = [s for s in said if s]
     assert len(caught) == 20, said
@@ -86,14 +89,16 @@ def test_each_fault_a_wake_leaves_is_caught_20_of_20(start: Start, fault: str, e
 
 
 def test_200_clean_wakes_with_float_noise_raise_no_alarm(start: Start) -> None:
-    engine = start("vllm", "--logprob-noise", NOISE, "--rate", RATE)
+    engine = start("vllm", "--logprob-noise", NOISE, "--rate", RATE, *LORA)
     said = asyncio.run(_wakes(engine, 200))
     assert [s for s in said if s] == []
 
 
 def test_corruption_after_cycles_is_caught_at_the_cycle_it_starts(start: Start) -> None:
     """torch_memory_saver#71: garbage after about four cycles. Clean wakes 1-4, caught from the 5th."""
-    engine = start("vllm", "--fault", "drifts-after-cycles", "--fault-after", "5", "--logprob-noise", NOISE)
+    engine = start(
+        "vllm", "--fault", "drifts-after-cycles", "--fault-after", "5", "--logprob-noise", NOISE, *LORA
+    )
     said = asyncio.run(_wakes(engine, 8))
     assert [i + 1 for i, s in enumerate(said) if s] == [5, 6, 7, 8], said
 
