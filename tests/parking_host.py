@@ -78,6 +78,7 @@ def park_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
         "fp-cycles",
         park="sleep",
         rate=2000.0,
+        wake_gbps=1000.0,
         faults=("drifts-after-cycles",),
         fault_after=CYCLES,
         engine_args=fast,
@@ -89,6 +90,12 @@ def park_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
         weights.mkdir()
         (weights / "model-00001-of-00001.safetensors").write_bytes(b"\1" * MIB)
         write(name, park="sleep", weights=weights)
+    # Two on the same weight files, each parking at level "auto" (issue 51).
+    shared = models / "weights-shared"
+    shared.mkdir()
+    (shared / "model-00001-of-00001.safetensors").write_bytes(b"\2" * MIB)
+    for name in ("aa", "ab"):
+        write(name, park="sleep", weights=shared, settings={"park_level": '"auto"'})
     budget = {"park_ram_budget_bytes": str(int(2.5 * MIB))}
     info = sbx.up(profiles=extra, load_seconds=1.0, binds=(models,), settings=budget)
     try:

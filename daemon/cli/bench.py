@@ -73,6 +73,8 @@ def spec(args: argparse.Namespace) -> ApiJson:
         out["input_len"] = args.input_len
     if args.pace is not None:
         out["pace"] = args.pace
+    if args.slo:
+        out["slo"] = args.slo
     return out
 
 
@@ -272,6 +274,11 @@ def benchmark(args: argparse.Namespace) -> int:
                 else ""
             )
         )
+        if "slo" in s:
+            verdict = "met" if s["slo_met"] else "missed: " + "; ".join(s["slo_missed"])
+            lines.append(
+                f"    SLO {s['slo']}: {verdict}; goodput {figure(s['request_goodput'], '.2f')} req/s"
+            )
         for name, cat in (s.get("categories") or {}).items():
             tpot, length = figure(cat["median_tpot_ms"], ".2f"), figure(cat["acceptance_length"], ".2f")
             lines.append(
@@ -309,6 +316,9 @@ def _load_options(p: argparse.ArgumentParser) -> None:
         help="a captured dataset at its own arrival times: captured, or capturedxN (N times faster)",
     )
     p.add_argument("--input-len", type=int, help="random dataset: prompt length")
+    p.add_argument(
+        "--slo", help="a latency SLO: ttft_p95_ms=800,tpot_p95_ms=60,errors=0.5% or a name from [slos]"
+    )
     p.add_argument("--prompts", type=Path, help='your JSONL: one {"prompt": ...} per line')
     p.add_argument("--wait", action="store_true", help="follow it with progress bars (exit 0 ok, 3 not)")
 

@@ -148,6 +148,9 @@ class Settings(BaseSettings):
     # The threads that register a vLLM level-1 park's pinned backup (torch's pinned_num_register_threads: a
     # power of 2, at most 128). 8 measured 8.1 GiB/s in one process on an H200 host, against 1.8 by default.
     park_pin_threads: int = Field(default=8, ge=1, le=128)
+    # Named latency SLOs for benchmarks (`--slo interactive`):
+    # interactive = "ttft_p95_ms=800,tpot_p95_ms=60,errors=0.5%".
+    slos: dict[str, str] = Field(default_factory=dict)
     # A sweep's variants (the product of its axes' values) at most.
     max_variants: int = Field(default=12, ge=1, le=100)
 

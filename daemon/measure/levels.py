@@ -20,6 +20,8 @@ from daemon.engines.client import Prober
 from daemon.measure.client import LevelResult, Request, run_level
 from daemon.measure.metrics import RequestRecord, by_category, summarize
 from daemon.measure.prompts import PromptSet, new_salt, salted
+from daemon.measure.slo import Slo
+from daemon.measure.slo import judge as judge_slo
 from daemon.measure.spec import BenchmarkSpec
 from daemon.runs.recorder import RunRecorder
 from daemon.store.bench import LevelRow
@@ -114,7 +116,9 @@ class Measurement:
         client: httpx.AsyncClient,
         prompts: PromptSet,
         say: Callable[[str], None],
+        slo: Slo | None = None,
     ) -> None:
+        self.slo = slo  # each level judged against it (goodput, met or missed)
         self.recorder = recorder
         self.run_id = run_id
         self.spec = spec
@@ -185,6 +189,8 @@ class Measurement:
         spec_cfg = self.target.lp.profile.speculative
         drafts = spec_cfg.num_speculative_tokens if spec_cfg else None
         summary["categories"] = by_category(result.records, self.prompts.categories, drafts)
+        if self.slo is not None:
+            summary |= judge_slo(result.records, summary, self.slo)
         extra = other_traffic(summary, result.records)
         summary |= {"other_traffic": extra > 0, "other_traffic_tokens": extra}
         await self._keep(level, summary, result.records, extra)

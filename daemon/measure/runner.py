@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 
 import httpx
 
@@ -18,6 +18,7 @@ from daemon.core.run_types import Outcome
 from daemon.datasets.service import Replay
 from daemon.engines import engine_for
 from daemon.engines.base import Engine
+from daemon.measure import slo
 from daemon.measure.levels import Level, Measurement, Outcomes, Target
 from daemon.measure.prompts import PromptSet, builtin_set, replay_set
 from daemon.measure.spec import BenchmarkSpec
@@ -40,15 +41,31 @@ class BenchmarkRunner:
         http: HttpFactory,
         hardware: Hardware,
         datasets: Loader,
+        slos: Mapping[str, str],
     ) -> None:
         self.recorder = recorder
         self.bench_store = bench_store
         self.http = http
         self.hardware = hardware
         self.datasets = datasets
+        self.slos = slos  # the settings' named SLOs
+
+    def slo_of(self, spec: BenchmarkSpec) -> slo.Slo | None:
+        """The spec's SLO: named in the settings, or inline; InvalidInput naming what is wrong."""
+        if spec.slo is None:
+            return None
+        text = self.slos.get(spec.slo, spec.slo)
+        if "=" not in text:
+            names = ", ".join(sorted(self.slos)) or "none"
+            raise InvalidInput(
+                f"no SLO named {spec.slo!r} (the settings' [slos]: {names}); or give one inline"
+            )
+        return slo.parse(text)
 
     def prompt_set(self, spec: BenchmarkSpec) -> PromptSet:
-        """Blocking: the spec's prompts (a stored dataset read); NotFound or InvalidInput when it cannot."""
+        """Blocking: the spec's prompts (a stored dataset read); NotFound or InvalidInput when it cannot (or
+        when its SLO is not one: refused before the run exists, with its prompts)."""
+        self.slo_of(spec)
         if not spec.stored:
             return builtin_set(spec)
         try:
@@ -74,7 +91,9 @@ class BenchmarkRunner:
         shapes = spec.levels()
         levels = [Level.of(i, len(shapes), c, r, spec.pace) for i, (c, r) in enumerate(shapes)]
         client = self.http(max((lv.concurrency or spec.num_prompts) for lv in levels), spec.request_timeout_s)
-        bench = Measurement(self.recorder, run_id, spec, target, engine, client, prompts, say)
+        bench = Measurement(
+            self.recorder, run_id, spec, target, engine, client, prompts, say, self.slo_of(spec)
+        )
         outcome, error = Outcome.OK, None
         provenance: StoredJson | None = None
         try:

@@ -74,6 +74,13 @@ class BenchmarkSpec(BaseModel):
     salt: bool = Field(True, description="a fresh random prefix per run and request: no prefix-cache hits")
     seed: int = Field(0, ge=0, description="random prompts and Poisson arrivals")
     request_timeout_s: float = Field(600.0, gt=0, le=86_400)
+    slo: str | None = Field(
+        None,
+        max_length=500,
+        pattern=r"^[A-Za-z0-9_.,=%-]+$",
+        description="a latency SLO, inline (ttft_p95_ms=800,tpot_p95_ms=60,errors=0.5%) or named in the "
+        "settings' [slos]: each level then says whether it met it, and its goodput",
+    )
 
     @model_validator(mode="after")
     def _consistent(self) -> BenchmarkSpec:
@@ -108,5 +115,5 @@ class BenchmarkSpec(BaseModel):
 
     def digest(self) -> str:
         """What makes two benchmarks comparable: everything but the profile."""
-        data = self.model_dump(exclude={"profile"})
+        data = self.model_dump(exclude={"profile", "slo"})  # an SLO judges a measurement, it changes none
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

@@ -352,6 +352,7 @@ def _bench(
         http=b.host.bench_http,
         hardware=hardware(b.host.gpus),
         datasets=datasets.replay,
+        slos=b.s.slos,
     )
     sweeps = Sweeps(
         bench_store=bench_store,

@@ -4,9 +4,10 @@ served in-process by the fake vLLM (its real /metrics counters and /version)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
-from tests.api.conftest import Env, wait_run
+from tests.api.conftest import Env, running_env, wait_run
 
 SPEC = {"concurrency": [1, 2], "num_prompts": 4, "max_tokens": 16, "warmups": 1}
 
@@ -194,3 +195,44 @@ async def test_a_follower_that_joins_after_the_end_gets_the_progress_steps(env: 
             *range(10, 101, 10),
         ]
     assert steps[-1]["progress_done"] == steps[-1]["progress_total"] == 10
+
+
+async def test_a_benchmark_under_an_slo_says_its_goodput_and_whether_each_level_met_it(
+    tmp_path: Path,
+) -> None:
+    """Issue 53: an SLO (named in the settings, or inline) judges each level: goodput (the requests per
+    second that met every per-request bound, vLLM's --goodput) equals a hand count of the stored requests;
+    a level within every percentile bound met it, one past a bound says which. A bad SLO is refused
+    before the run exists, naming the part."""
+    slos = {"tight": "ttft_p95_ms=0.001,errors=0%", "loose": "ttft_p95_ms=60000,tpot_p95_ms=60000,errors=1%"}
+    async with running_env(tmp_path, slos=slos) as env:
+        await _activate(env, "baseline")
+        for slo, words in (
+            ("nope", "no SLO named 'nope' (the settings' [slos]: loose, tight)"),
+            ("ttft_p95=800", "SLO part 'ttft_p95=800': no such bound"),
+            ("ttft_p95_ms=-1", "the bound must be above 0 ms"),
+            ("ttft p95", "String should match pattern"),
+            ("ttft_p95_ms=0", "the bound must be above 0 ms"),
+            ("errors=150%", "a share between 0 and 100%"),
+        ):
+            r = await _post(env, "/benchmarks", SPEC | {"slo": slo})
+            assert r.status_code in (400, 422), (slo, r.text)
+            assert words in r.text, (slo, r.text)
+        assert not any(r["kind"] == "benchmark" for r in (await env.client.get("/runs")).json())
+        digests = set()
+        for name, met in (("loose", True), ("tight", False)):
+            run_id = (await _post(env, "/benchmarks", SPEC | {"slo": name})).json()["run_id"]
+            assert (await wait_run(env, run_id))["outcome"] == "ok"
+            b = (await env.client.get(f"/benchmarks/{run_id}", params={"requests": True})).json()
+            digests.add(b["spec_hash"])
+            for lv in b["levels"]:
+                s, rows = lv["summary"], lv["requests"]
+                assert s["slo"] == slos[name]
+                assert s["slo_met"] is met, s["slo_missed"]
+                bound = 60000.0 if met else 0.001
+                by_hand = sum(1 for q in rows if q["status"] == "ok" and q["ttft"] * 1000 <= bound)
+                assert s["good_requests"] == by_hand
+                assert s["request_goodput"] == by_hand / s["duration"]
+            if not met:
+                assert s["slo_missed"][0].startswith("p95_ttft_ms "), s["slo_missed"]
+        assert len(digests) == 1  # an SLO judges the measurement: the benchmarks stay comparable

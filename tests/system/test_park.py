@@ -376,6 +376,26 @@ def test_twenty_cycles_each_checked_and_the_drift_caught_at_the_cycle_it_starts(
     assert not seen[-1][2]  # the caught one was started cold
 
 
+def test_auto_parks_two_profiles_on_the_same_weights_at_level_1_then_level_2(host: Api) -> None:
+    """Issue 51, in the sandbox: aa parks first (nothing else parked, its pinned bytes fit): level 1, a
+    fast wake. ab, on the same weight files (resident in the page cache), parks beside it: level 2, nothing
+    pinned; each run says which, why and both ways' predictions. ab's wake reloads its weights."""
+    unpark_all(host)
+    switch(host, "aa")
+    first = next(d for d in details(switch(host, "ab"), "parking") if d.startswith("park_level auto"))
+    assert first.startswith("park_level auto: level 1, a fast wake"), first
+    second = next(
+        d for d in details(switch(host, "vllm-eagle3"), "parking") if d.startswith("park_level auto")
+    )
+    why = "park_level auto: level 2, its weights are resident in the page cache and shared with parked aa"
+    assert second.startswith(why), second
+    assert re.search(r"\(predicted level 1: park [\d.]+s, wake [\d.]+s, [\d.]+ GB pinned; level 2: ", second)
+    assert {n: p["level"] for n, p in parked_profiles(host).items()} == {"aa": 1, "ab": 2}
+    back = switch(host, "ab")
+    assert {"wake", "reload", "known_answer"} <= set(back["load_stages"] or {}), back["load_stages"]
+    unpark_all(host)
+
+
 def test_two_engines_park_at_once_and_a_third_evicts_the_least_recently_parked(host: Api) -> None:
     unpark_all(host)
     for name in ("pa", "pb", "pc"):
