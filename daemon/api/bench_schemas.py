@@ -36,6 +36,8 @@ class ProvenanceOut(Out):
     output_lengths: str | None = None
     ignore_eos: bool | None = None
     pace: float | None = None
+    # Figures measured elsewhere (POST /benchmarks/import): the tool and the importer's label.
+    imported: dict[str, str] | None = None
 
 
 class BenchmarkLevelOut(BaseModel):

@@ -250,6 +250,19 @@ def benchmarks(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def import_benchmark(args: argparse.Namespace) -> int:
+    """A `vllm bench serve --save-result` file (or k25-ctl's export) stored as an imported benchmark."""
+    try:
+        results = json.loads(args.file.read_text())
+    except (OSError, ValueError) as e:
+        raise InvalidInput(f"{args.file}: {e}") from None
+    _, out = client(args).post(
+        "/benchmarks/import", {"profile": args.as_, "label": args.label, "results": results}
+    )
+    emit(args, out, f"imported as benchmark run {out['run_id']} of {args.as_}")
+    return EXIT_OK
+
+
 def benchmark(args: argparse.Namespace) -> int:
     c = client(args)
     if args.export:
@@ -364,3 +377,7 @@ def add_commands(add: Add) -> None:
     p = add("benchmark", benchmark, "one benchmark: levels, or --export as vllm bench serve JSON")
     p.add_argument("run_id", type=int)
     p.add_argument("--export", action="store_true")
+    p = add("import-benchmark", import_benchmark, "a vllm bench serve result file, stored as an imported run")
+    p.add_argument("file", type=Path)
+    p.add_argument("--as", dest="as_", required=True, help="the profile name it is listed under")
+    p.add_argument("--label", default="", help="where the figures came from")

@@ -14,11 +14,11 @@ import httpx
 from daemon import __version__
 from daemon.core.errors import InvalidInput
 from daemon.core.jsontypes import StoredJson
-from daemon.core.run_types import Outcome
+from daemon.core.run_types import NewRun, Outcome, RunKind
 from daemon.datasets.service import Replay
 from daemon.engines import engine_for
 from daemon.engines.base import Engine
-from daemon.measure import slo
+from daemon.measure import interchange, slo
 from daemon.measure.levels import Level, Measurement, Outcomes, Target
 from daemon.measure.prompts import PromptSet, builtin_set, replay_set
 from daemon.measure.spec import BenchmarkSpec
@@ -119,6 +119,17 @@ class BenchmarkRunner:
         await self.recorder.finish(run_id, outcome, error=error, detail=_describe(bench.out) or None)
         self.bench_store.changed()  # ended ok or not: the newest figures may be this benchmark's now
         return outcome
+
+    async def import_results(self, req: interchange.ImportIn) -> int:
+        """A run of figures measured elsewhere (`vllm bench serve` results), stored as a benchmark that says
+        it was imported; returns its run id."""
+        run_id = await self.recorder.create(NewRun(RunKind.BENCHMARK, req.profile))
+        bench, rows = interchange.stored(run_id, req)
+        await asyncio.to_thread(self.bench_store.save, bench, rows)
+        said = f"imported from {interchange.TOOL}" + (f": {req.label}" if req.label else "")
+        log.info("run %d: %d level(s) of %s %s", run_id, len(rows), req.profile, said)
+        await self.recorder.finish(run_id, Outcome.OK, detail=said)
+        return run_id
 
     async def _store(
         self,

@@ -236,3 +236,41 @@ async def test_a_benchmark_under_an_slo_says_its_goodput_and_whether_each_level_
             if not met:
                 assert s["slo_missed"][0].startswith("p95_ttft_ms "), s["slo_missed"]
         assert len(digests) == 1  # an SLO judges the measurement: the benchmarks stay comparable
+
+
+async def test_an_exported_run_imported_back_gives_the_same_figures_and_a_bad_file_names_its_field(
+    env: Env,
+) -> None:
+    """Issue 53: k25-ctl's export is `vllm bench serve`'s result format; importing it (or one vLLM result
+    object) stores a benchmark run labelled as imported, whose figures and export are the original's."""
+    await _activate(env, "baseline")
+    run_id = (await _post(env, "/benchmarks", SPEC)).json()["run_id"]
+    await wait_run(env, run_id)
+    exported = (await env.client.get(f"/benchmarks/{run_id}/export")).json()
+    r = await _post(
+        env, "/benchmarks/import", {"profile": "elsewhere", "label": "host b", "results": exported}
+    )
+    assert r.status_code == 201, r.text
+    new = r.json()["run_id"]
+    assert r.headers["Location"] == f"/benchmarks/{new}"
+    run = (await env.client.get(f"/runs/{new}")).json()
+    assert (run["kind"], run["outcome"]) == ("benchmark", "ok")
+    assert any(e["detail"] == "imported from vllm bench serve: host b" for e in run["events"]), run["events"]
+    b = (await env.client.get(f"/benchmarks/{new}")).json()
+    assert b["provenance"]["imported"] == {"tool": "vllm bench serve", "label": "host b"}
+    again = (await env.client.get(f"/benchmarks/{new}/export")).json()
+    skip = {"date", "k25_run_id", "k25_profile", "model_id", "tokenizer_id"}
+    for before, after in zip(exported, again, strict=True):
+        assert {k: v for k, v in before.items() if k not in skip} == {
+            k: v for k, v in after.items() if k not in skip
+        }
+    assert [lv["concurrency"] for lv in b["levels"]] == [1, 2]
+    one = exported[0] | {"request_rate": "Infinity"}
+    assert (
+        await _post(env, "/benchmarks/import", {"profile": "elsewhere", "results": one})
+    ).status_code == 201
+    broken = {k: v for k, v in exported[0].items() if k != "output_throughput"}
+    r = await _post(env, "/benchmarks/import", {"profile": "elsewhere", "results": [broken]})
+    assert r.status_code == 422
+    assert "output_throughput" in r.text
+    assert "Field required" in r.text

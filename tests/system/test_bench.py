@@ -4,6 +4,7 @@ baseline 82.5 tok/s, vllm-eagle3 0.66x at 15% acceptance, sglang-eagle3 1.8x at 
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -175,7 +176,7 @@ def test_other_traffic_during_a_level_is_reported(api: Api, sandbox: SandboxInfo
     assert s["engine_generation_tokens"] == s["total_output_tokens"] + 80
 
 
-def test_cli_bench_wait_and_compare(api: Api, sandbox: SandboxInfo) -> None:
+def test_cli_bench_wait_and_compare(api: Api, sandbox: SandboxInfo, tmp_path: Path) -> None:
     from tests.system.test_api_cli import _cli
 
     api.activate("baseline")
@@ -196,3 +197,15 @@ def test_cli_bench_wait_and_compare(api: Api, sandbox: SandboxInfo) -> None:
     listed = json.loads(_cli(sandbox, "benchmarks", "--json").stdout)
     export = json.loads(_cli(sandbox, "benchmark", str(listed[0]["run_id"]), "--export").stdout)
     assert [lv["max_concurrency"] for lv in export] == [1, 2]
+    # Issue 53: the export read back by the import, as another tool's figures labelled as imported.
+    saved = tmp_path / "result.json"
+    saved.write_text(json.dumps(export))
+    imported = _cli(sandbox, "import-benchmark", str(saved), "--as", "other-host", "--label", "b07")
+    assert imported.returncode == 0, imported.stderr
+    new = int(imported.stdout.split()[4])
+    again = api.client.get(f"/benchmarks/{new}/export").json()
+    assert [lv["output_throughput"] for lv in again] == [lv["output_throughput"] for lv in export]
+    saved.write_text(json.dumps([{"duration": 1.0}]))
+    refused = _cli(sandbox, "import-benchmark", str(saved), "--as", "other-host")
+    assert refused.returncode != 0
+    assert "completed" in refused.stderr  # the first field the file lacks

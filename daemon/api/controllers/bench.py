@@ -36,6 +36,7 @@ from daemon.experiments.request import ExperimentRequest
 from daemon.experiments.service import Experiments
 from daemon.experiments.sweep.ranking import parse_metric
 from daemon.experiments.timers import Schedule, Schedules
+from daemon.measure.interchange import ImportIn
 from daemon.measure.relative import RelativeThroughput
 from daemon.measure.spec import BenchmarkSpec
 from daemon.proving.known_answer import KnownAnswers
@@ -63,6 +64,9 @@ class BenchController:
         self.bench_store = bench_store
         self.relative = relative  # a benchmark against this host's own normal (the exporter's too)
         self.store = store
+
+    async def import_results(self, req: ImportIn) -> AcceptedOut:
+        return AcceptedOut(run_id=await self.svc.runner.import_results(req))
 
     async def start(self, spec: BenchmarkSpec, *, isolate: bool = False) -> AcceptedOut:
         return AcceptedOut(run_id=await self.svc.start(spec, isolate=isolate))

@@ -24,6 +24,7 @@ from daemon.api.schemas import AcceptedOut
 from daemon.core.jsontypes import VllmSummary
 from daemon.experiments.request import ExperimentRequest, PlanRequest
 from daemon.experiments.sweep.ranking import METRIC_PATTERN
+from daemon.measure.interchange import ImportIn
 from daemon.measure.spec import BenchmarkSpec
 
 read = reads("benchmarks")
@@ -37,6 +38,13 @@ async def start_benchmark(
 ) -> AcceptedOut:
     """`isolate=true`: /ready is 503 while it runs (the host leaves the balancer's rotation)."""
     return located(await c.start(spec, isolate=isolate), response, "/benchmarks")
+
+
+@write.post("/benchmarks/import", status_code=201)
+async def import_benchmark(req: ImportIn, c: BenchCtl, response: Response) -> AcceptedOut:
+    """A `vllm bench serve --save-result` file (one level, or a list: k25-ctl's export) stored as a
+    benchmark run of `profile`, labelled as imported; 422 names a field the file lacks."""
+    return located(await c.import_results(req), response, "/benchmarks")
 
 
 @read.get("/benchmarks")
