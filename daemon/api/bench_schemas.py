@@ -36,7 +36,7 @@ class ProvenanceOut(Out):
     output_lengths: str | None = None
     ignore_eos: bool | None = None
     pace: float | None = None
-    # Figures measured elsewhere (POST /benchmarks/import): the tool and the importer's label.
+    # Figures measured elsewhere (POST /benchmark-imports): the tool and the importer's label.
     imported: dict[str, str] | None = None
 
 

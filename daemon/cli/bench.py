@@ -143,6 +143,7 @@ def experiment(args: argparse.Namespace) -> int:
         "benchmark": spec(args),
         "repeats": args.repeats,
         "rounds": args.rounds,
+        "until_decided": args.until_decided,
         "restore": not args.no_restore,
     }
     if args.vary:
@@ -257,7 +258,7 @@ def import_benchmark(args: argparse.Namespace) -> int:
     except (OSError, ValueError) as e:
         raise InvalidInput(f"{args.file}: {e}") from None
     _, out = client(args).post(
-        "/benchmarks/import", {"profile": args.as_, "label": args.label, "results": results}
+        "/benchmark-imports", {"profile": args.as_, "label": args.label, "results": results}
     )
     emit(args, out, f"imported as benchmark run {out['run_id']} of {args.as_}")
     return EXIT_OK
@@ -351,6 +352,9 @@ def add_commands(add: Add) -> None:
         type=int,
         default=1,
         help="interleaved rounds (ABBA for two profiles): a drift of the host falls on each alike",
+    )
+    p.add_argument(
+        "--until-decided", action="store_true", help="two profiles: stop at the round that decides"
     )
     p.add_argument("--no-restore", action="store_true", help="stay on the last profile")
     p.add_argument("--at", help='later, by a systemd timer: "Sat 03:00" (OnCalendar=) or "+10min"')

@@ -25,6 +25,15 @@ SWEEP_RULE: JsonDict = {
     },
 }
 
+# And of "an early stop is for an A/B experiment in rounds".
+DECIDED_RULE: JsonDict = {
+    "if": {"required": ["until_decided"], "properties": {"until_decided": {"const": True}}},
+    "then": {
+        "required": ["rounds"],
+        "properties": {"profiles": {"minItems": 2, "maxItems": 2}, "rounds": {"minimum": 3}},
+    },
+}
+
 
 class ExperimentBenchmark(BenchmarkSpec):
     """An experiment's benchmark: the experiment's profiles are measured, so it names none."""
@@ -33,7 +42,7 @@ class ExperimentBenchmark(BenchmarkSpec):
 
 
 class ExperimentRequest(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra=SWEEP_RULE)
+    model_config = ConfigDict(extra="forbid", json_schema_extra={"allOf": [SWEEP_RULE, DECIDED_RULE]})
 
     profiles: list[str] = Field(
         min_length=1,
@@ -49,6 +58,11 @@ class ExperimentRequest(BaseModel):
         le=20,
         description="interleaved rounds: each round measures every profile, in balanced orders (two "
         "profiles: ABBA; more: a random order a round), so that a drift of the host falls on each alike",
+    )
+    until_decided: bool = Field(
+        False,
+        description="two profiles in rounds: stop after the round where every level's throughput is decided "
+        "(a group-sequential test that keeps its error under repeated looks; `rounds` is the most)",
     )
     restore: bool = Field(True, description="bring the previous (or default) profile back at the end")
     vary: dict[str, Axis] = Field(
@@ -73,6 +87,10 @@ class ExperimentRequest(BaseModel):
             raise ValueError("a sweep varies one profile: name only its base (measured first, as is)")
         if self.vary and self.rounds > 1:
             raise ValueError("a sweep measures its variants once each: use repeats, not rounds")
+        if self.until_decided and (len(self.profiles) != 2 or self.rounds < 3):
+            raise ValueError(
+                "until_decided stops an A/B experiment in rounds early: two profiles, rounds >= 3"
+            )
         if self.vary and not self.restore:
             raise ValueError("a sweep always restores: its variants are profiles only while it runs")
         return self

@@ -15,6 +15,7 @@ from daemon.core.hoststate import HostState
 from daemon.core.jsontypes import StoredJson
 from daemon.core.profiles import ProfileSet
 from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
+from daemon.experiments import sequential
 from daemon.experiments.judging import Judging
 from daemon.experiments.record import Record, Restore, Step
 from daemon.experiments.request import ExperimentRequest
@@ -201,6 +202,11 @@ class Experiments:
                 where = f"round {step.round + 1}/{len(ex.orders)}, " if len(ex.orders) > 1 else ""
                 label = f"{step.profile} ({where}{i + 1}/{len(steps)})"
                 await self._step(ex, label, step, record, nxt)
+                if ex.req.until_decided and nxt is not None and steps[i + 1].round != step.round:
+                    if why := await self._decided(record, step.round + 1, ex.req):
+                        await self.recorder.event(run_id, Phase.MEASURING, f"stopping early: {why}")
+                        log.info("run %d: stopping early: %s", run_id, why)
+                        break
         except asyncio.CancelledError:
             if (task := asyncio.current_task()) is not None:
                 task.uncancel()
@@ -224,6 +230,23 @@ class Experiments:
                 detail += f"; best: {result.recommendation}"
                 await self.recorder.event(run_id, Phase.MEASURING, f"best: {result.recommendation}")
         await self.recorder.finish(run_id, outcome, error=error, detail=detail)
+
+    async def _decided(self, record: Record, rounds: int, req: ExperimentRequest) -> str | None:
+        """After a round: whether every level's output throughput is decided between the two profiles
+        (sequential.py), from each round's benchmark of each; None: measure another round."""
+        per: dict[str, list[list[float]]] = {}
+        for s in record.steps:
+            for run in s.benchmark_run_ids[:1]:  # a round's first benchmark of the profile
+                view = await asyncio.to_thread(self.bench_store.get, run_id=run, requests=False)
+                if view is not None:
+                    figures = [float(x.get("output_throughput") or 0.0) for x in view.summaries]
+                    per.setdefault(s.profile, []).append(figures)
+        a, b = (per.get(name, []) for name in req.profiles)
+        if min(len(a), len(b)) < 2 or any(0.0 in f for f in (*a, *b)):
+            return None
+        levels = range(min(len(f) for f in (*a, *b)))
+        looks = [sequential.look([f[i] for f in a], [f[i] for f in b], req.rounds) for i in levels]
+        return sequential.stop(looks, rounds, req.rounds) if rounds < req.rounds else None
 
     async def _verdicts(self, run_id: int, baseline: str) -> list[str]:
         """Each profile against the first one, from this experiment's requests; a drift of the first."""

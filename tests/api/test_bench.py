@@ -47,6 +47,9 @@ async def test_bad_specs_are_refused_with_what_is_wrong(env: Env) -> None:
     r = await _post(env, "/experiments", {"profiles": ["nope"]})
     assert r.status_code == 404
     assert "nope" in r.json()["detail"]
+    r = await _post(env, "/experiments", {"profiles": ["alpha", "beta"], "rounds": 2, "until_decided": True})
+    assert r.status_code == 422
+    assert "two profiles, rounds >= 3" in r.text  # issue 53: an early stop needs rounds to stop between
     r = await _post(env, "/experiments", {"profiles": ["alpha", "alpha"]})
     assert r.status_code in (400, 422)
     assert "twice" in r.json()["detail"]
@@ -248,7 +251,7 @@ async def test_an_exported_run_imported_back_gives_the_same_figures_and_a_bad_fi
     await wait_run(env, run_id)
     exported = (await env.client.get(f"/benchmarks/{run_id}/export")).json()
     r = await _post(
-        env, "/benchmarks/import", {"profile": "elsewhere", "label": "host b", "results": exported}
+        env, "/benchmark-imports", {"profile": "elsewhere", "label": "host b", "results": exported}
     )
     assert r.status_code == 201, r.text
     new = r.json()["run_id"]
@@ -267,10 +270,10 @@ async def test_an_exported_run_imported_back_gives_the_same_figures_and_a_bad_fi
     assert [lv["concurrency"] for lv in b["levels"]] == [1, 2]
     one = exported[0] | {"request_rate": "Infinity"}
     assert (
-        await _post(env, "/benchmarks/import", {"profile": "elsewhere", "results": one})
+        await _post(env, "/benchmark-imports", {"profile": "elsewhere", "results": one})
     ).status_code == 201
     broken = {k: v for k, v in exported[0].items() if k != "output_throughput"}
-    r = await _post(env, "/benchmarks/import", {"profile": "elsewhere", "results": [broken]})
+    r = await _post(env, "/benchmark-imports", {"profile": "elsewhere", "results": [broken]})
     assert r.status_code == 422
     assert "output_throughput" in r.text
     assert "Field required" in r.text

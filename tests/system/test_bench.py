@@ -209,3 +209,27 @@ def test_cli_bench_wait_and_compare(api: Api, sandbox: SandboxInfo, tmp_path: Pa
     refused = _cli(sandbox, "import-benchmark", str(saved), "--as", "other-host")
     assert refused.returncode != 0
     assert "completed" in refused.stderr  # the first field the file lacks
+
+
+def test_an_experiment_until_decided_stops_at_the_round_that_decides(api: Api) -> None:
+    """Issue 53: baseline against vllm-eagle3 (the fake's speculation is a plain difference) in up to 8
+    interleaved rounds with an early stop: it stops after a round where the group-sequential test decides
+    every level, says so on the run, judges what it measured and restores."""
+    api.activate("baseline")
+    body = {
+        "profiles": ["baseline", "vllm-eagle3"],
+        "benchmark": COMPARED,
+        "rounds": 8,
+        "until_decided": True,
+    }
+    exp_id = _start(api, "/experiments", body)
+    run = api.wait_run(exp_id, within_s=240)
+    exp = api.client.get(f"/experiments/{exp_id}").json()
+    assert run["outcome"] == "ok", exp
+    said = [e["detail"] for e in run["events"] if e["detail"].startswith("stopping early: decided after ")]
+    assert said, [e["detail"] for e in run["events"]]
+    rounds = int(said[0].split()[4])
+    assert 2 <= rounds < 8
+    assert len(exp["steps"]) == 2 * rounds  # no round after the one that decided
+    assert exp["restore"]["ok"] is True
+    print(said[0])

@@ -40,7 +40,7 @@ async def start_benchmark(
     return located(await c.start(spec, isolate=isolate), response, "/benchmarks")
 
 
-@write.post("/benchmarks/import", status_code=201)
+@write.post("/benchmark-imports", status_code=201)
 async def import_benchmark(req: ImportIn, c: BenchCtl, response: Response) -> AcceptedOut:
     """A `vllm bench serve --save-result` file (one level, or a list: k25-ctl's export) stored as a
     benchmark run of `profile`, labelled as imported; 422 names a field the file lacks."""
