@@ -331,7 +331,7 @@ def _load_options(p: argparse.ArgumentParser) -> None:
     )
     p.add_argument("--input-len", type=int, help="random dataset: prompt length")
     p.add_argument(
-        "--slo", help="a latency SLO: ttft_p95_ms=800,tpot_p95_ms=60,errors=0.5% or a name from [slos]"
+        "--slo", help="a latency SLO: ttft_p95_ms=800,tpot_p95_ms=60,errors=0.5%% or a name from [slos]"
     )
     p.add_argument("--prompts", type=Path, help='your JSONL: one {"prompt": ...} per line')
     p.add_argument("--wait", action="store_true", help="follow it with progress bars (exit 0 ok, 3 not)")

@@ -50,7 +50,7 @@ REQUESTS = (
     AnswerRequest(AnswerKind.CHAT, "Name the three primary colours.", 8),
     AnswerRequest(AnswerKind.COMPLETION, LONG_PROMPT + "\nThe last item was", 6),
 )
-ADAPTER_PROMPT, ADAPTER_TOKENS = "The capital of France is", 8
+ADAPTER_PROMPT, ADAPTER_TOKENS = REQUESTS[0].prompt, 8
 
 
 def requests_for(profile: Profile) -> tuple[AnswerRequest, ...]:

@@ -72,10 +72,11 @@ FLAG_MEMORY_SAVER = "--enable-memory-saver"
 FLAG_WEIGHTS_CPU_BACKUP = "--enable-weights-cpu-backup"
 PATH_RELEASE = "/release_memory_occupation"
 PATH_RESUME = "/resume_memory_occupation"
-FLAG_ENABLE_LORA, FLAG_LORA_PATHS = "--enable-lora", "--lora-paths"  # name=path ... (docs: LoRA serving)
-PATH_FLUSH_CACHE = (
-    "/flush_cache"  # POST: drops the radix cache (python/sglang/srt/entrypoints/http_server.py)
-)
+# LoRA adapters: --enable-lora --lora-paths name=path ... (docs: LoRA serving).
+FLAG_ENABLE_LORA = "--enable-lora"
+FLAG_LORA_PATHS = "--lora-paths"
+# POST: drops the radix cache (python/sglang/srt/entrypoints/http_server.py).
+PATH_FLUSH_CACHE = "/flush_cache"
 
 
 class SglangEngine(Engine):

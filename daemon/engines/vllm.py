@@ -81,13 +81,11 @@ PATH_WAKE_WEIGHTS = "/wake_up?tags=weights"
 PATH_COLLECTIVE_RPC = "/collective_rpc"
 RPC_RELOAD_WEIGHTS = {"method": "reload_weights"}
 PATH_WAKE_KV_CACHE = "/wake_up?tags=kv_cache"
-FLAG_ENABLE_LORA, FLAG_LORA_MODULES = (
-    "--enable-lora",
-    "--lora-modules",
-)  # name=path ... (docs/features/lora.md)
-PATH_RESET_PREFIX_CACHE = (
-    "/reset_prefix_cache"  # POST, a dev endpoint like /sleep (vllm/entrypoints/serve/dev)
-)
+# LoRA adapters: --enable-lora --lora-modules name=path ... (docs/features/lora.md).
+FLAG_ENABLE_LORA = "--enable-lora"
+FLAG_LORA_MODULES = "--lora-modules"
+# POST, a development endpoint like /sleep (vllm/entrypoints/serve/dev).
+PATH_RESET_PREFIX_CACHE = "/reset_prefix_cache"
 RELOAD_REFUSED = (
     "the engine does not serve reload_weights (a vLLM without /collective_rpc, or VLLM_SERVER_DEV_MODE "
     "unset), and a level-2 wake without it serves garbage (vllm-project/vllm#29341)"

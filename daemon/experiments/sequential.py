@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from statistics import NormalDist
 
-from daemon.experiments.stats import ALPHA
+from daemon.experiments.stats import ALPHA, welch
 from daemon.experiments.verdict import MIN_EFFECT
 
 
@@ -55,14 +55,10 @@ def look(a: Sequence[float], b: Sequence[float], planned: int, alpha: float = AL
     rounds = min(ka, kb)
     ma, mb = sum(la) / ka, sum(lb) / kb
     level = look_alpha(rounds, planned, alpha)
-    if rounds < 2:
+    found = welch(la, lb) if rounds >= 2 else None
+    if found is None:  # one round, or no spread to judge by
         return Look(rounds, level, None, math.exp(mb - ma))
-    va = sum((x - ma) ** 2 for x in la) / (ka - 1) / ka
-    vb = sum((x - mb) ** 2 for x in lb) / (kb - 1) / kb
-    se = math.sqrt(va + vb)
-    if not se > 0:
-        return Look(rounds, level, None, math.exp(mb - ma))
-    df = (va + vb) ** 2 / (va**2 / (ka - 1) + vb**2 / (kb - 1))
+    se, df = found
     p = float(2.0 * stats.t.sf(abs(mb - ma) / se, df))
     return Look(rounds, level, p, math.exp(mb - ma))
 

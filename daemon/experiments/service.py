@@ -246,7 +246,7 @@ class Experiments:
             return None
         levels = range(min(len(f) for f in (*a, *b)))
         looks = [sequential.look([f[i] for f in a], [f[i] for f in b], req.rounds) for i in levels]
-        return sequential.stop(looks, rounds, req.rounds) if rounds < req.rounds else None
+        return sequential.stop(looks, rounds, req.rounds)
 
     async def _verdicts(self, run_id: int, baseline: str) -> list[str]:
         """Each profile against the first one, from this experiment's requests; a drift of the first."""

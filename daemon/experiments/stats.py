@@ -202,11 +202,10 @@ def _between_rounds(
     from scipy import stats
 
     (la, lb), (ka, kb) = logs, (len(logs[0]), len(logs[1]))
-    va, vb = (_variance(la) / ka, _variance(lb) / kb)
-    se = math.sqrt(va + vb)
-    if not se > 0 or point <= 0 or not math.isfinite(point):
+    found = welch(la, lb)
+    if found is None or point <= 0 or not math.isfinite(point):
         return None  # every round alike: nothing to scale an interval by
-    df = (va + vb) ** 2 / (va**2 / (ka - 1) + vb**2 / (kb - 1))
+    se, df = found
     center = math.log(point)
 
     def interval(level: float) -> tuple[float, float]:
@@ -224,6 +223,17 @@ def _between_rounds(
         n = min(ka, kb)
         more = max(0, math.ceil(n * (max((high - low) / 2.0, 1e-9) / resolvable) ** 2) - n)
     return Judged(point, low, high, p, None, verdict, samples, more, resolvable, (ka, kb), "rounds")
+
+
+def welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float] | None:
+    """The standard error of the difference of two samples' means (two or more each) and its degrees of
+    freedom by Welch-Satterthwaite; None where neither sample varies."""
+    ka, kb = len(a), len(b)
+    va, vb = _variance(a) / ka, _variance(b) / kb
+    se = math.sqrt(va + vb)
+    if not se > 0:
+        return None
+    return se, (va + vb) ** 2 / (va**2 / (ka - 1) + vb**2 / (kb - 1))
 
 
 def _variance(xs: Sequence[float]) -> float:

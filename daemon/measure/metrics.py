@@ -54,6 +54,13 @@ class RequestRecord:
         return self.status == Status.OK
 
     @property
+    def tpot(self) -> float | None:
+        """Time per output token after the first (vllm bench serve's per-request TPOT); None: one token."""
+        if self.output_tokens <= 1 or self.e2el is None or self.ttft is None:
+            return None
+        return (self.e2el - self.ttft) / (self.output_tokens - 1)
+
+    @property
     def chunk_times(self) -> list[float]:
         """Arrival of each chunk after the first token (and of the first), seconds since the level began."""
         if self.ttft is None:
@@ -218,11 +225,7 @@ def summarize(records: list[RequestRecord], duration: float) -> VllmSummary:
     n_in = sum(r.prompt_tokens or 0 for r in done)
     ttft = [r.ttft for r in done if r.ttft is not None]
     e2el = [r.e2el for r in done if r.e2el is not None]
-    tpot = [
-        (r.e2el - r.ttft) / (r.output_tokens - 1)
-        for r in done
-        if r.output_tokens > 1 and r.e2el is not None and r.ttft is not None
-    ]
+    tpot = [t for r in done if (t := r.tpot) is not None]
     itl = [g for r in done for g in r.gaps]
     per_token: list[float] = []
     split = False
@@ -272,11 +275,7 @@ def by_category(records: list[RequestRecord], categories: list[str], drafts: int
         mine = [r for r, c in zip(records, categories, strict=True) if c == cat]
         done = [r for r in mine if r.ok and r.e2el]
         seconds = sum(r.e2el or 0.0 for r in done)
-        tpot = [
-            (r.e2el - r.ttft) / (r.output_tokens - 1)
-            for r in done
-            if r.output_tokens > 1 and r.e2el is not None and r.ttft is not None
-        ]
+        tpot = [t for r in done if (t := r.tpot) is not None]
         steps = [k for r in done for k in decode_chunks(r)]
         length = sum(steps) / len(steps) if steps else None
         out[cat] = {

@@ -167,9 +167,10 @@ class KnownAnswers:
     async def prime(self, lp: LoadedProfile) -> None:
         """Before a park: one known-answer request, so that its prefix is in the engine's cache. A wake
         that kept stale cache entries then answers it from them, and the check sees it."""
-        if engine_for(lp.profile).known_answer:
+        engine = engine_for(lp.profile)
+        if engine.known_answer:
             with contextlib.suppress(ProbeFailed):
-                await self.prober.answer(lp.profile, engine_for(lp.profile), PRIMING)
+                await self.prober.answer(lp.profile, engine, PRIMING)
 
     async def _reset_prefix_cache(self, run_id: int, lp: LoadedProfile) -> None:
         """After a wake, before the check: the engine forgets the KV blocks it indexed before the sleep."""

@@ -179,8 +179,8 @@ class _Completion:
         self.prompt_tokens = max(1, len(str(prompt).split()))
         self.key = prompt_key(body)  # the greedy answer depends on it (and on the adapter that serves it)
         adapter = str(body.get("lora_path") or body.get("model") or "")
-        if adapter in server.weights.adapters:
-            self.key = f"lora {adapter}|{self.key}" if server.weights.adapters[adapter] else self.key
+        if server.weights.adapters.get(adapter):  # a lost adapter (False) answers as the base model
+            self.key = f"lora {adapter}|{self.key}"
         self.stats.prompt.inc(self.prompt_tokens)
         self.rid = f"cmpl-{uuid.uuid4().hex[:12]}"
         self.obj = "chat.completion.chunk" if chat else "text_completion"

@@ -48,7 +48,7 @@ class ParkConfig:
     reread: Callable[[], None] | None = None  # reload_weights reads the weight files again (level 2)
     # sleep-keeps-memory, wake-fails, wake-corrupts, wake-zero-acceptance, no-collective-rpc, and the
     # fingerprint's: wake-drifts, wake-corrupts-shard, stale-prefix-cache, drifts-after-cycles,
-    # wake-then-fails
+    # wake-then-fails, wake-loses-lora
     faults: frozenset[str] = frozenset()
     fault_after: int = 3  # drifts-after-cycles: the wake from which on
 

@@ -7,6 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 K25 = str(Path(sys.executable).parent / "k25-ctl")
 
 
@@ -37,3 +39,14 @@ def test_check_profiles_notes_the_service_port(stock_profiles: Path, tmp_path: P
                        capture_output=True, text=True, env=env, timeout=60)  # fmt: skip
     assert p.returncode == 0, p.stderr
     assert "note: service_port = 8000: every engine listens on it" in p.stdout
+
+
+def test_every_command_prints_its_help(capsys: pytest.CaptureFixture[str]) -> None:
+    """argparse formats help with %: a literal % in a help text must be %% (`bench --help` crashed)."""
+    from daemon.cli.main import main
+
+    for command in ("bench", "experiment", "import-benchmark", "benchmark", "compare"):
+        with pytest.raises(SystemExit) as done:
+            main([command, "--help"])
+        assert done.value.code == 0, command
+        assert "usage:" in capsys.readouterr().out

@@ -51,11 +51,9 @@ class ProfilesController:
         parking = []
         for name, lp in sorted(self.inventory.current().valid.items()):
             if lp.profile.park and (r := scanned.get(name)) is not None:
-                ways = forecast.table(lp.profile, (r.bytes, r.percent / 100))
-                out = [WayOut.model_validate(w) for w in ways]
-                parking.append(
-                    ParkCostsOut(profile=name, weight_bytes=r.bytes, resident=r.percent / 100, ways=out)
-                )
+                resident = r.percent / 100
+                out = [WayOut.model_validate(w) for w in forecast.table(lp.profile, (r.bytes, resident))]
+                parking.append(ParkCostsOut(profile=name, weight_bytes=r.bytes, resident=resident, ways=out))
         return HostOut(rates=RatesOut.model_validate(forecast.rates()), parking=parking)
 
     async def profiles(self) -> list[ProfileOut]:

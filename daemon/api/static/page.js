@@ -74,7 +74,6 @@ function renderGpus(gpus) {
   widths($("gpus"));
 }
 
-// Widths given as data-w (percent) become the elements' style through the CSSOM, which a CSP allows.
 function renderHost(h) {
   const r = h.rates;
   const when = r.measured_at ? `calibrated ${new Date(r.measured_at).toLocaleString()}` : "documented defaults (never calibrated: k25-ctl host calibrate)";
@@ -83,6 +82,7 @@ function renderHost(h) {
     <td>${esc(w.name)}</td><td>${fmt(w.park_s, 1)}</td><td>${fmt(w.wake_s, 1)}</td><td>${size(w.ram_bytes)}</td></tr>`)).join("") || '<tr><td colspan="5" class="mute">no profile parks</td></tr>';
 }
 
+// Widths given as data-w (percent) become the elements' style through the CSSOM, which a CSP allows.
 function widths(root) { root.querySelectorAll("[data-w]").forEach((e) => { e.style.width = e.dataset.w + "%"; }); }
 
 function renderProfiles(items) {
