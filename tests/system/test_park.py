@@ -136,8 +136,13 @@ def test_a_crash_while_parked_is_recorded_and_clears_it(host: Api) -> None:
     assert "baseline" in parked_profiles(host)
     assert inside(host.info, "systemctl", "kill", "-s", "KILL", BASELINE_UNIT).returncode == 0
     host.wait_until(lambda: parked_profiles(host) == {}, what="the crashed parked engine forgotten")
-    runs = host.client.get("/runs", params={"profile": "baseline", "limit": 3}).json()
-    crash = next(r for r in runs if r["kind"] == "external")
+
+    def ended() -> Any:  # the parked state clears as the crash is seen; the run's end is written after it
+        runs = host.client.get("/runs", params={"profile": "baseline", "limit": 3}).json()
+        crash = next(r for r in runs if r["kind"] == "external")
+        return crash if crash["outcome"] != "running" else None
+
+    crash = host.wait_until(ended, what="the crash's run ended")
     assert crash["outcome"] == "crashed", crash
     assert "while parked" in crash["error"], crash
     st = host.status()
