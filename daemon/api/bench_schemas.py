@@ -59,6 +59,18 @@ class RelativeOut(Out):
     ratio: float
 
 
+class CapacityOut(BaseModel):
+    """A capacity search's answer: the highest rate proven to meet the SLO, the bracket it lies in."""
+
+    capacity: float | None  # req/s; None: not even the lowest step met the SLO
+    lowest_missed: float | None  # the bracket's upper end; None: no step missed
+    estimate: float | None  # where the limiting figure meets its bound, inside the bracket
+    limiting: str | None  # the summary key of the bound that gave out first (p95_tpot_ms)
+    knee: float | None  # the first rate at which that figure grew faster than the rate
+    reason: str  # why the search stopped (bracketed, over-saturated, the step limit)
+    text: str
+
+
 class BenchmarkOut(BaseModel):
     run_id: int
     profile: str | None
@@ -80,6 +92,7 @@ class BenchmarkOut(BaseModel):
     other_traffic: bool = False
     levels: list[BenchmarkLevelOut] = []
     relative: RelativeOut | None = None  # GET /benchmarks/{id} only: against the host's own normal
+    capacity: CapacityOut | None = None  # a capacity search's answer (spec.capacity)
 
 
 class StepOut(BaseModel):

@@ -1,5 +1,5 @@
-"""CLI commands for benchmarks: bench (the active profile), experiment (several profiles, then restore),
-compare (a table with verdicts), benchmarks (recent), benchmark (one, or its vLLM-style JSON)."""
+"""CLI commands that start benchmarks: bench (the active profile), experiment (several profiles, then
+restore). Reading them back: results.py."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from typing import Any
 from daemon.cli import sweep
 from daemon.cli.client import ApiJson, Client
 from daemon.cli.exit_codes import EXIT_FAILED, EXIT_OK
-from daemon.cli.remote import Add, Deciles, bar, client, emit, figure
+from daemon.cli.remote import Add, Deciles, bar, client, emit
 from daemon.core.errors import InvalidInput
 from daemon.experiments.sweep.variants import parse_vary
 
@@ -75,6 +75,9 @@ def spec(args: argparse.Namespace) -> ApiJson:
         out["pace"] = args.pace
     if args.slo:
         out["slo"] = args.slo
+    if args.capacity:
+        search = {"start_rate": args.start_rate, "factor": args.factor, "resolution": args.resolution}
+        out["capacity"] = search | ({"max_rate": args.max_rate} if args.max_rate else {})
     return out
 
 
@@ -173,144 +176,6 @@ def _started(c: Client, args: argparse.Namespace, run_id: int, what: str) -> int
     return EXIT_OK if follow(c, run_id, as_json=args.json) == "ok" else EXIT_FAILED
 
 
-def compare(args: argparse.Namespace) -> int:
-    if args.experiment is not None:
-        return sweep.sweep_table(args)
-    cmp = client(args).get("/compare", baseline=args.baseline, benchmark_spec=args.spec)
-    head = (
-        f"{'profile':18} {'tok/s':>8} {'±%':>5} {'speedup':>8} {'verdict':22} {'TTFT p50':>9} "
-        f"{'TPOT p50':>9} {'ITL p99':>8} {'acc len':>8} {'acc rate':>8}  runs"
-    )
-    lines = [
-        f"{cmp['metric']}; spec {cmp['spec_hash']}, prompts {cmp['prompt_hash']}, "
-        f"GPUs {cmp['gpu_key'] or '-'}",
-        head,
-    ]
-    for r in cmp["rows"]:
-        lat = r["latency_ms"]
-        cv = None if r["throughput_cv"] is None else 100 * r["throughput_cv"]
-        speedup = figure(r["speedup"], ".2f") + "x" if r["speedup"] else "-"
-        lines.append(
-            f"{r['profile']:18} {figure(r['output_throughput']):>8} {figure(cv):>5} {speedup:>8} "
-            f"{r['verdict'] or '-':22} {figure(lat['ttft']['median']):>9} "
-            f"{figure(lat['tpot']['median'], '.2f'):>9} "
-            f"{figure(lat['itl']['p99'], '.2f'):>8} {figure(r['acceptance_length'], '.2f'):>8} "
-            f"{figure(r['acceptance_rate'], '.3f'):>8}  " + ",".join(str(i) for i in r["run_ids"])
-        )
-    lines += _judged(cmp["rows"])
-    lines += [f"{r['profile']}: {r['per_category']}" for r in cmp["rows"] if r.get("per_category")]
-    lines += _category_table(cmp["rows"])
-    lines += [f"note: {n}" for n in cmp["notes"]]
-    lines += [f"known answer of {a['profile']} {a['text']}" for a in cmp.get("answers") or []]
-    emit(args, cmp, "\n".join(lines))
-    return EXIT_OK
-
-
-JUDGED = {"throughput": "tok/s", "ttft": "TTFT", "tpot": "TPOT", "itl": "ITL", "e2el": "E2E"}
-
-
-def _judged(rows: list[ApiJson]) -> list[str]:
-    """Each profile's verdicts from its requests: the ratio's 95% interval (above 1: better)."""
-    out = []
-    for r in rows:
-        judged, texts = r.get("judged") or {}, r.get("judged_text") or {}
-        for key, label in JUDGED.items():
-            if (j := judged.get(key)) is not None:
-                n, k = j["samples"], j.get("rounds") or [1, 1]
-                over = f" in {k[0]} and {k[1]} rounds" if j.get("scope") == "rounds" else ""
-                out.append(f"{r['profile']}: {label}: {texts[key]} ({n[0]} and {n[1]} requests{over})")
-    return out
-
-
-def _category_table(rows: list[ApiJson]) -> list[str]:
-    """Per prompt category of each profile: requests, per-stream tok/s, TPOT, acceptance, verdict."""
-    if not any(r.get("categories") for r in rows):
-        return []
-    head = f"{'profile':18} {'category':10} {'reqs':>5} {'tok/s':>8} {'TPOT p50':>9} {'acc len':>8}"
-    out = [f"{head} {'speedup':>8}"]
-    for r in rows:
-        for name, cat in (r.get("categories") or {}).items():
-            speedup = figure(cat["speedup"], ".2f") + "x" if cat.get("speedup") else "-"
-            out.append(
-                f"{r['profile']:18} {name:10} {cat['requests']:>5} {figure(cat['stream_tok_s']):>8} "
-                f"{figure(cat['median_tpot_ms'], '.2f'):>9} {figure(cat['acceptance_length'], '.2f'):>8} "
-                f"{speedup:>8} {cat.get('verdict') or ''}"
-            )
-    return out
-
-
-def benchmarks(args: argparse.Namespace) -> int:
-    items = client(args).get("/benchmarks", profile=args.profile, limit=args.limit)
-    lines = [
-        f"{b['run_id']:>5} {b['profile'] or '-':18} {b['outcome']:10} {b['started_at'][:19]}  "
-        f"{figure(b['output_throughput'])} tok/s  acc len {figure(b['acceptance_length'], '.2f')}  "
-        f"spec {b['spec_hash'] or '-'}"
-        for b in items
-    ]
-    emit(args, items, "\n".join(lines) or "no benchmarks yet")
-    return EXIT_OK
-
-
-def import_benchmark(args: argparse.Namespace) -> int:
-    """A `vllm bench serve --save-result` file (or k25-ctl's export) stored as an imported benchmark."""
-    try:
-        results = json.loads(args.file.read_text())
-    except (OSError, ValueError) as e:
-        raise InvalidInput(f"{args.file}: {e}") from None
-    _, out = client(args).post(
-        "/benchmark-imports", {"profile": args.as_, "label": args.label, "results": results}
-    )
-    emit(args, out, f"imported as benchmark run {out['run_id']} of {args.as_}")
-    return EXIT_OK
-
-
-def benchmark(args: argparse.Namespace) -> int:
-    c = client(args)
-    if args.export:
-        print(json.dumps(c.get(f"/benchmarks/{args.run_id}/export"), indent=2))
-        return EXIT_OK
-    b = c.get(f"/benchmarks/{args.run_id}")
-    lines = [
-        f"benchmark run {b['run_id']} of {b['profile']}: {b['outcome']}"
-        + (f" ({b['error']})" if b["error"] else "")
-    ]
-    for lv in b["levels"]:
-        s = lv["summary"]
-        lines.append(
-            f"  c={lv['concurrency'] or '-'} rate={lv['request_rate'] or 'inf'}: "
-            f"{s['completed']} ok, {s['failed']} failed, "
-            f"{figure(s['output_throughput'])} tok/s, TTFT p50 {figure(s['median_ttft_ms'])} ms, TPOT p50 "
-            f"{figure(s['median_tpot_ms'], '.2f')} ms, ITL p99 {figure(s['p99_itl_ms'], '.2f')} ms"
-            + (
-                f", acceptance {figure(s.get('acceptance_rate'), '.3f')} "
-                f"(length {figure(s.get('acceptance_length'), '.2f')})"
-                if s.get("acceptance_length")
-                else ""
-            )
-        )
-        if "slo" in s:
-            verdict = "met" if s["slo_met"] else "missed: " + "; ".join(s["slo_missed"])
-            lines.append(
-                f"    SLO {s['slo']}: {verdict}; goodput {figure(s['request_goodput'], '.2f')} req/s"
-            )
-        for name, cat in (s.get("categories") or {}).items():
-            tpot, length = figure(cat["median_tpot_ms"], ".2f"), figure(cat["acceptance_length"], ".2f")
-            lines.append(
-                f"    {name}: {cat['completed']}/{cat['requests']} ok, {figure(cat['stream_tok_s'])} tok/s a "
-                f"stream, TPOT p50 {tpot} ms, acc len {length}"
-            )
-        if predicted := lv.get("predicted_acceptance_length"):
-            drafted = len(s.get("spec_decode_per_position_acceptance_rates") or [])
-            guesses = ", ".join(f"at k={k} ~{v:.2f}" for k, v in predicted.items())
-            measured = figure(s.get("acceptance_length"), ".2f")
-            lines.append(
-                f"    predicted acceptance length: {guesses} (measured at k={drafted}: {measured}; "
-                "from the per-position rates)"
-            )
-    emit(args, b, "\n".join(lines))
-    return EXIT_OK if b["outcome"] in ("ok", "running") else EXIT_FAILED
-
-
 def _load_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--concurrency", default="1", help="fixed concurrency levels, e.g. 1,8,32 (default 1)")
     p.add_argument("--rate", help="Poisson request rates instead, e.g. 0.5,2 (req/s)")
@@ -333,6 +198,15 @@ def _load_options(p: argparse.ArgumentParser) -> None:
     p.add_argument(
         "--slo", help="a latency SLO: ttft_p95_ms=800,tpot_p95_ms=60,errors=0.5%% or a name from [slos]"
     )
+    p.add_argument(
+        "--capacity",
+        action="store_true",
+        help="in place of the levels: the highest Poisson rate that meets --slo (bracketed, then bisected)",
+    )
+    p.add_argument("--start-rate", type=float, default=1.0, help="--capacity: the first rate (req/s)")
+    p.add_argument("--factor", type=float, default=2.0, help="--capacity: each bracketing step's factor")
+    p.add_argument("--resolution", type=float, default=0.1, help="--capacity: the bracket's width (0.1)")
+    p.add_argument("--max-rate", type=float, help="--capacity: never step above this rate")
     p.add_argument("--prompts", type=Path, help='your JSONL: one {"prompt": ...} per line')
     p.add_argument("--wait", action="store_true", help="follow it with progress bars (exit 0 ok, 3 not)")
 
@@ -370,18 +244,3 @@ def add_commands(add: Add) -> None:
     p.add_argument("--metric", help="what ranks a sweep: throughput (default), tpot_p50, ttft_p99, NAME@C")
     p.add_argument("--dry-run", action="store_true", help="print the sweep's plan and time; start nothing")
     _load_options(p)
-    p = add("compare", compare, "the latest benchmark of each profile against the baseline")
-    p.add_argument("--baseline", default="baseline")
-    p.add_argument("--spec", help="a benchmark spec hash (default: the baseline's latest)")
-    p.add_argument("--experiment", type=int, help="an experiment's profiles (a sweep's variants) as rows")
-    p.add_argument("--metric", help="with --experiment: throughput (default), tpot_p50, ttft_p99, NAME@C")
-    p = add("benchmarks", benchmarks, "recent benchmarks")
-    p.add_argument("--profile")
-    p.add_argument("--limit", type=int, default=20)
-    p = add("benchmark", benchmark, "one benchmark: levels, or --export as vllm bench serve JSON")
-    p.add_argument("run_id", type=int)
-    p.add_argument("--export", action="store_true")
-    p = add("import-benchmark", import_benchmark, "a vllm bench serve result file, stored as an imported run")
-    p.add_argument("file", type=Path)
-    p.add_argument("--as", dest="as_", required=True, help="the profile name it is listed under")
-    p.add_argument("--label", default="", help="where the figures came from")

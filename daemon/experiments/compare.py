@@ -37,8 +37,16 @@ class Measured:
     round: int | None = None  # the experiment's round
 
 
-# What each level shows on the page's charts: its shape, throughput and median latencies.
-LEVEL_KEYS = ("max_concurrency", "request_rate", "output_throughput", "median_ttft_ms", "median_tpot_ms")
+# What each level shows on the page's charts (and the CLI's Pareto table): its shape, throughputs,
+# goodput under an SLO, and the p50 and p95 latencies.
+LEVEL_KEYS = (
+    "max_concurrency",
+    "request_rate",
+    "output_throughput",
+    "request_throughput",
+    "request_goodput",
+    *(f"{stat}_{metric}_ms" for metric in ("ttft", "tpot", "e2el") for stat in ("median", "p95")),
+)
 
 
 @dataclass

@@ -16,6 +16,7 @@ from daemon.core.jsontypes import StoredJson
 from daemon.core.profiles import ProfileSet
 from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
 from daemon.experiments import sequential
+from daemon.experiments.across import across_load
 from daemon.experiments.judging import Judging
 from daemon.experiments.record import Record, Restore, Step
 from daemon.experiments.request import ExperimentRequest
@@ -30,7 +31,7 @@ from daemon.measure.runner import BenchmarkRunner
 from daemon.measure.spec import BenchmarkSpec
 from daemon.runs.jobs import JobKind, Jobs, Slot
 from daemon.runs.recorder import RunRecorder
-from daemon.store.bench import BenchStore
+from daemon.store.bench import BenchmarkView, BenchStore
 from daemon.switching.transaction import Switcher
 
 log = logging.getLogger("k25.bench")
@@ -219,7 +220,7 @@ class Experiments:
         if back is not None:
             record.restore = await self._restore(run_id, back)
         if sweep is None and len(ex.req.profiles) > 1 and any(s.measured for s in record.steps):
-            record.verdicts = await self._verdicts(run_id, ex.req.profiles[0])
+            record.verdicts = await self._verdicts(run_id, record, ex.req.profiles)
         await self._save(run_id, record)
         if outcome is Outcome.OK and not any(s.measured for s in record.steps):
             outcome = Outcome.FAILED
@@ -231,16 +232,23 @@ class Experiments:
                 await self.recorder.event(run_id, Phase.MEASURING, f"best: {result.recommendation}")
         await self.recorder.finish(run_id, outcome, error=error, detail=detail)
 
+    async def _by_round(self, record: Record) -> dict[str, list[BenchmarkView]]:
+        """Each profile's first benchmark of each round, in round order (the ones that ended ok)."""
+        per: dict[str, list[BenchmarkView]] = {}
+        for s in record.steps:
+            for run in s.benchmark_run_ids[:1]:
+                view = await asyncio.to_thread(self.bench_store.get, run_id=run, requests=False)
+                if view is not None and view.run.outcome == Outcome.OK:
+                    per.setdefault(s.profile, []).append(view)
+        return per
+
     async def _decided(self, record: Record, rounds: int, req: ExperimentRequest) -> str | None:
         """After a round: whether every level's output throughput is decided between the two profiles
         (sequential.py), from each round's benchmark of each; None: measure another round."""
-        per: dict[str, list[list[float]]] = {}
-        for s in record.steps:
-            for run in s.benchmark_run_ids[:1]:  # a round's first benchmark of the profile
-                view = await asyncio.to_thread(self.bench_store.get, run_id=run, requests=False)
-                if view is not None:
-                    figures = [float(x.get("output_throughput") or 0.0) for x in view.summaries]
-                    per.setdefault(s.profile, []).append(figures)
+        per = {
+            name: [[float(x.get("output_throughput") or 0.0) for x in v.summaries] for v in views]
+            for name, views in (await self._by_round(record)).items()
+        }
         a, b = (per.get(name, []) for name in req.profiles)
         if min(len(a), len(b)) < 2 or any(0.0 in f for f in (*a, *b)):
             return None
@@ -248,13 +256,16 @@ class Experiments:
         looks = [sequential.look([f[i] for f in a], [f[i] for f in b], req.rounds) for i in levels]
         return sequential.stop(looks, rounds, req.rounds)
 
-    async def _verdicts(self, run_id: int, baseline: str) -> list[str]:
+    async def _verdicts(self, run_id: int, record: Record, profiles: list[str]) -> list[str]:
         """Each profile against the first one, from this experiment's requests; a drift of the first."""
         try:
-            c = await self.judging.compare(baseline=baseline, experiment=run_id)
+            c = await self.judging.compare(baseline=profiles[0], experiment=run_id)
         except K25Error as e:
             return [f"no verdicts: {e}"]
         lines = verdict_lines(c) + [n for n in c.notes if n.startswith("drift")]
+        if len(profiles) == 2:  # across load: per-level ratios and the crossover, or the capacity ratio
+            per = await self._by_round(record)
+            lines += across_load(per.get(profiles[0], []), per.get(profiles[1], []))
         for line in lines:
             log.info("run %d: %s", run_id, line)
             await self.recorder.event(run_id, Phase.MEASURING, line)

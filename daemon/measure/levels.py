@@ -17,6 +17,7 @@ from daemon.core.run_types import Phase, Progress
 from daemon.datasets.shapes import PATHS, salted_body
 from daemon.engines.base import Engine, MetricsSnapshot, delta
 from daemon.engines.client import Prober
+from daemon.measure.capacity import queue_trend
 from daemon.measure.client import LevelResult, Request, run_level
 from daemon.measure.metrics import RequestRecord, by_category, summarize
 from daemon.measure.prompts import PromptSet, new_salt, salted
@@ -45,6 +46,7 @@ class Target:
 class Outcomes:
     levels: list[LevelRow] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)  # what the run found beyond its levels (a capacity)
 
 
 def counter_keys(
@@ -191,6 +193,9 @@ class Measurement:
         summary["categories"] = by_category(result.records, self.prompts.categories, drafts)
         if self.slo is not None:
             summary |= judge_slo(result.records, summary, self.slo)
+        if self.spec.capacity is not None:  # is the queue growing within the level?
+            growth, growth_s = queue_trend(result.records)
+            summary |= {"queue_growth": growth, "queue_growth_s": growth_s}
         extra = other_traffic(summary, result.records)
         summary |= {"other_traffic": extra > 0, "other_traffic_tokens": extra}
         await self._keep(level, summary, result.records, extra)

@@ -14,11 +14,11 @@ import httpx
 from daemon import __version__
 from daemon.core.errors import InvalidInput
 from daemon.core.jsontypes import StoredJson
-from daemon.core.run_types import NewRun, Outcome, RunKind
+from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
 from daemon.datasets.service import Replay
 from daemon.engines import engine_for
 from daemon.engines.base import Engine
-from daemon.measure import interchange, slo
+from daemon.measure import capacity, interchange, slo
 from daemon.measure.levels import Level, Measurement, Outcomes, Target
 from daemon.measure.prompts import PromptSet, builtin_set, replay_set
 from daemon.measure.spec import BenchmarkSpec
@@ -100,8 +100,11 @@ class BenchmarkRunner:
             provenance = await self._provenance(client, spec, target, engine)
             provenance |= prompts.provenance | {"prompt_hash": prompts.hash}
             bench.prepare()
-            for level in levels:
-                await bench.level(level)
+            if spec.capacity is None:
+                for level in levels:
+                    await bench.level(level)
+            else:
+                await self._search(bench, spec.capacity)
         except asyncio.CancelledError:
             outcome, error = Outcome.CANCELLED, "cancelled by request"
             if (task := asyncio.current_task()) is not None:
@@ -119,6 +122,24 @@ class BenchmarkRunner:
         await self.recorder.finish(run_id, outcome, error=error, detail=_describe(bench.out) or None)
         self.bench_store.changed()  # ended ok or not: the newest figures may be this benchmark's now
         return outcome
+
+    async def _search(self, bench: Measurement, cfg: capacity.CapacitySearch) -> None:
+        """A capacity search: each step a stored level at the rate the steps before it chose."""
+        if bench.slo is None:  # the spec's rule: a search has an SLO
+            raise InvalidInput("a capacity search needs an SLO")
+        search = capacity.Search(cfg)
+        while (rate := search.next_rate()) is not None:
+            step = len(search.steps) + 1
+            level = Level(bench.spec.max_concurrency, rate, f"capacity step {step}: {rate:.3g} req/s")
+            await bench.level(level)
+            search.observe(capacity.figures(rate, bench.out.levels[-1].summary, bench.slo))
+            log.info(
+                "run %d: %s: SLO %s", bench.run_id, level.label, "met" if search.steps[-1].met else "missed"
+            )
+        found = search.result()
+        bench.out.notes.append(found.text())
+        log.info("run %d: %s", bench.run_id, found.text())
+        await self.recorder.event(bench.run_id, Phase.MEASURING, found.text())
 
     async def import_results(self, req: interchange.ImportIn) -> int:
         """A run of figures measured elsewhere (`vllm bench serve` results), stored as a benchmark that says
@@ -199,8 +220,11 @@ def _gpu_key(provenance: StoredJson) -> str:
 
 def _describe(out: Outcomes) -> str:
     return "; ".join(
-        f"c={lv.concurrency or '-'} rate={lv.request_rate or 'inf'}: "
-        f"{lv.summary['output_throughput']:.1f} tok/s, "
-        f"{lv.summary['completed']} ok, {lv.summary['failed']} failed"
-        for lv in out.levels
+        out.notes
+        + [
+            f"c={lv.concurrency or '-'} rate={lv.request_rate or 'inf'}: "
+            f"{lv.summary['output_throughput']:.1f} tok/s, "
+            f"{lv.summary['completed']} ok, {lv.summary['failed']} failed"
+            for lv in out.levels
+        ]
     )

@@ -10,6 +10,8 @@ from typing import Annotated, Literal
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from pydantic.config import JsonDict
 
+from daemon.measure.capacity import CapacitySearch
+
 BUILT_IN = ("builtin", "random", "custom")
 Level = Annotated[int, Field(ge=1, le=4096)]
 Rate = Annotated[float, Field(gt=0, le=100_000)]
@@ -37,8 +39,24 @@ PACE_RULE: JsonDict = {
 }
 
 
+# And of the capacity rule: a search needs an SLO and chooses its own rates.
+CAPACITY_RULE: JsonDict = {
+    "if": {"required": ["capacity"], "properties": {"capacity": {"type": "object"}}},
+    "then": {
+        "required": ["slo"],
+        "properties": {
+            "slo": {"type": "string"},
+            "pace": {"type": "null"},
+            "request_rate": {"anyOf": [{"type": "null"}, {"type": "array", "maxItems": 0}]},
+        },
+    },
+}
+
+
 class BenchmarkSpec(BaseModel):
-    model_config = ConfigDict(extra="forbid", json_schema_extra={"allOf": [CUSTOM_RULE, PACE_RULE]})
+    model_config = ConfigDict(
+        extra="forbid", json_schema_extra={"allOf": [CUSTOM_RULE, PACE_RULE, CAPACITY_RULE]}
+    )
 
     profile: str | None = Field(None, description="the profile to measure (default and only: the active one)")
     concurrency: list[Level] = Field(
@@ -82,6 +100,12 @@ class BenchmarkSpec(BaseModel):
         "settings' [slos]: each level then says whether it met it, and its goodput",
     )
 
+    capacity: CapacitySearch | None = Field(
+        None,
+        description="a capacity search in place of the load levels: the highest Poisson request rate that "
+        "meets the SLO (which it needs), bracketed then bisected",
+    )
+
     @model_validator(mode="after")
     def _consistent(self) -> BenchmarkSpec:
         if self.dataset == "custom" and not self.prompts:
@@ -92,6 +116,13 @@ class BenchmarkSpec(BaseModel):
             raise ValueError("pace replays a captured dataset's arrivals: name the dataset")
         if self.pace is not None and self.request_rate:
             raise ValueError("pace and request_rate both set the arrivals: give one")
+        if self.capacity is not None:
+            if self.slo is None:
+                raise ValueError("a capacity search needs an SLO (slo): the rate it finds is the SLO's")
+            if self.request_rate or self.pace is not None:
+                raise ValueError(
+                    "a capacity search chooses its own request rates: drop request_rate and pace"
+                )
         return self
 
     @property
@@ -109,6 +140,8 @@ class BenchmarkSpec(BaseModel):
         paced replay is one level (its arrivals capped by max_concurrency)."""
         if self.pace is not None:
             return [(self.max_concurrency, None)]
+        if self.capacity is not None:  # the search's first step; the others follow from what it shows
+            return [(self.max_concurrency, self.capacity.start_rate)]
         if self.request_rate:
             return [(self.max_concurrency, r) for r in self.request_rate]
         return [(c, None) for c in self.concurrency]

@@ -126,6 +126,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--logprob-noise", type=float, default=0.0, help="engine-like float noise on logprobs")
     p.add_argument("--answer-salt", default="", help="answer other tokens (another model, a broken drafter)")
     p.add_argument("--max-running", type=int, default=0, help="requests run at once; more wait (0: no cap)")
+    p.add_argument(
+        "--batch-knee",
+        type=float,
+        default=0.0,
+        help="batching: a step takes 1 + (running x (1 + spec tokens)) / knee times longer (0: no slowdown)",
+    )
     p.add_argument("--fault", action="append", choices=FAULTS, default=[])
     p.add_argument(
         "--fault-after", type=int, default=7, help="*-after-ready: requests served first (probe incl.)"
@@ -337,6 +343,7 @@ def main(argv: list[str] | None = None) -> int:
         crash_after=args.fault_after if "crash-after-ready" in args.fault else None,
         hang_after=args.fault_after if "hang-after-ready" in args.fault else None,
         max_running=args.max_running or None,
+        batch_knee=args.batch_knee,
         park=_park_config(args, gib),
         answer_salt=args.answer_salt,
         logprob_noise=args.logprob_noise,

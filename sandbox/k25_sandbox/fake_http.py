@@ -84,6 +84,7 @@ class _FakeServer:
         self.stats = Stats(cfg)
         self.hang = asyncio.Event()  # never set: the deadlock fault
         self.slots = asyncio.Semaphore(cfg.max_running) if cfg.max_running else None
+        self.batch = 0  # requests running now: a decode step's time grows with them (cfg.batch_knee)
 
     @contextlib.asynccontextmanager
     async def slot(self) -> AsyncIterator[None]:
@@ -97,9 +98,11 @@ class _FakeServer:
             stats.waiting.dec()
         stats.running.inc()
         stats.kv.inc(KV_SHARE)
+        self.batch += 1
         try:
             yield
         finally:
+            self.batch -= 1
             stats.running.dec()
             stats.kv.dec(KV_SHARE)
             if self.slots is not None:
@@ -136,15 +139,15 @@ class _FakeServer:
         stats.started += 1
         if cfg.deadlock or (cfg.hang_after is not None and stats.started > cfg.hang_after):
             await self.hang.wait()
-        produced, steps, began = 0, 0, time.monotonic()
+        produced, clock, began = 0, 0.0, time.monotonic()
         step_s = (1 + cfg.draft_cost * cfg.spec_tokens) / cfg.rate
         while produced < max_tokens:
             n = stats.step(max_tokens - produced, draw)
-            steps += 1
             # The simulated decode time of this step, paced against the request's start so that sleep
-            # overshoot does not add up: the stream runs at `rate` tokens/s (or steps of step_s).
-            end = began + (steps * step_s if cfg.draft_cost else (produced + n) / cfg.rate)
-            await asyncio.sleep(max(0.0, end - time.monotonic()))
+            # overshoot does not add up: the stream runs at `rate` tokens/s (or steps of step_s), slowed
+            # by the batch it shares the step with.
+            clock += (step_s if cfg.draft_cost else n / cfg.rate) * cfg.batch_factor(self.batch)
+            await asyncio.sleep(max(0.0, began + clock - time.monotonic()))
             produced += n
             stats.gen.inc(n)
             yield n

@@ -43,6 +43,17 @@ class FakeConfig:
     # accepts far more on code than on chat, so a verdict depends on the traffic it is measured on.
     topic_acceptance: dict[str, float] = field(default_factory=dict)
 
+    # Batching: a decode step verifies 1 + spec_tokens tokens per running request, and takes
+    # 1 + (those tokens) / batch_knee times as long as an empty engine's (0: no slowdown). A speculative
+    # profile's step fills the batch 1 + k times faster: it pays most at low load and least at high load.
+    batch_knee: float = 0.0
+
+    def batch_factor(self, running: int) -> float:
+        """How much longer a decode step takes with `running` requests in the batch (this one included)."""
+        if not self.batch_knee:
+            return 1.0
+        return 1.0 + running * (1 + self.spec_tokens) / self.batch_knee
+
     def acceptance_for(self, prompt: str) -> float:
         return self.topic_acceptance.get(topic_of(prompt), self.acceptance)
 

@@ -16,6 +16,7 @@ CHARTS = {  # chart: (the y axis label it shows, what its legend's first value n
     "chart-bench-tps": ("tok/s", "concurrency"),
     "chart-bench-ttft": ("ms", "concurrency"),
     "chart-bench-tpot": ("ms", "concurrency"),
+    "chart-pareto": ("TPOT p95 ms", "output tok/s"),
 }
 
 DRAWN = """(id) => {
@@ -69,6 +70,18 @@ def test_each_chart_draws_with_axes_and_shows_values_on_hover(
         print(chart, "hover:", values)
     levels = page.evaluate("() => K25Charts.get('chart-bench-tps').series.slice(1).map((s) => s.label)")
     assert set(levels) == {"vllm-eagle3", "baseline"}
+    # The Pareto chart: a point per profile and level at its throughput, a legend entry per profile; its
+    # axes follow the selects.
+    pareto = page.evaluate(
+        "() => { const c = K25Charts.get('chart-pareto'); return { labels: c.series.slice(1).map((s) => s.label),"
+        " xs: c.data[0], points: c.data.slice(1).map((ys) => ys.filter((y) => y != null).length) }; }"
+    )
+    print("pareto", pareto)
+    assert set(pareto["labels"]) == {"vllm-eagle3", "baseline"}
+    assert pareto["points"] == [2, 2]  # the experiment's two levels each
+    assert all(x > 0 for x in pareto["xs"])
+    page.select_option("#pareto-y", "median_ttft_ms")
+    assert any("TTFT p50 ms" in a for a in page.evaluate(DRAWN, "chart-pareto")["axes"])
     page.mouse.move(0, 0)
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
     page.screenshot(path=str(ARTIFACTS / "web-charts.png"), full_page=True)

@@ -13,6 +13,7 @@ from daemon.api.answers_view import agreement_out
 from daemon.api.bench_schemas import (
     BenchmarkLevelOut,
     BenchmarkOut,
+    CapacityOut,
     CompareOut,
     ExperimentOut,
     PlanOut,
@@ -36,6 +37,7 @@ from daemon.experiments.request import ExperimentRequest
 from daemon.experiments.service import Experiments
 from daemon.experiments.sweep.ranking import parse_metric
 from daemon.experiments.timers import Schedule, Schedules
+from daemon.measure import capacity
 from daemon.measure.interchange import ImportIn
 from daemon.measure.relative import RelativeThroughput
 from daemon.measure.spec import BenchmarkSpec
@@ -233,6 +235,11 @@ def bench_out(v: BenchmarkView, *, requests: bool) -> BenchmarkOut:
             for lv, summary in zip(v.levels, v.summaries, strict=True)
         ],
     }
+    found = capacity.of_run(
+        v.spec, [(lv.request_rate, s) for lv, s in zip(v.levels, v.summaries, strict=True)]
+    )
+    if found is not None:
+        derived["capacity"] = CapacityOut.model_validate(dataclasses.asdict(found) | {"text": found.text()})
     return BenchmarkOut.model_validate(v.bench.model_dump() | _run_fields(v.run) | derived)
 
 

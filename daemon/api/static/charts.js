@@ -144,6 +144,29 @@ const K25Charts = (() => {
     }, data);
   }
 
+  // Pareto: per profile, a latency (y) against a throughput (x) over its levels, each level a point; a
+  // profile's line joins its own points (spanGaps: the x values are the union of every profile's).
+  function pareto(id, rows, xKey, yKey, xUnit, yUnit) {
+    const pts = rows.map((r) => r.levels.filter((l) => l[xKey] != null && l[yKey] != null)
+      .map((l) => [Number(l[xKey]), Number(l[yKey])]));
+    const xs = [...new Set(pts.flat().map((p) => p[0]))].sort((a, b) => a - b);
+    const series = pts.map((ps) => xs.map((x) => { const p = ps.find((q) => q[0] === x); return p ? p[1] : null; }));
+    return draw(id, "pareto:" + xKey + ":" + yKey + ":" + rows.map((r) => r.profile).join(","), {
+      height: 200,
+      series: [
+        { label: xUnit, value: (u, v) => (v == null ? "–" : v.toFixed(2)) },
+        ...rows.map((r, i) => ({ label: r.profile, stroke: COLORS[i % COLORS.length], width: 1.5, spanGaps: true,
+                                 points: { show: true, size: 7 }, value: (u, v) => (v == null ? "–" : v.toFixed(1) + " " + yUnit) })),
+      ],
+      axes: [
+        Object.assign({}, AXIS, { label: xUnit, labelSize: 18 }),
+        Object.assign({}, AXIS, { label: yUnit, labelSize: 18, size: 55 }),
+      ],
+      scales: { x: { time: false, range: (u, lo, hi) => (lo === hi ? [lo - 1, hi + 1] : [lo - (hi - lo) * 0.05, hi + (hi - lo) * 0.05]) },
+                y: { range: (u, lo, hi) => [0, Math.max(1e-6, hi) * 1.15] } },
+    }, [xs, ...series]);
+  }
+
   function level(l) {
     return l.request_rate != null && l.request_rate !== "inf" ? Number(l.request_rate) : Number(l.max_concurrency);
   }
@@ -157,5 +180,5 @@ const K25Charts = (() => {
     }
   });
 
-  return { serving, loads, levels, sweep, get };
+  return { serving, loads, levels, sweep, pareto, get };
 })();

@@ -205,6 +205,7 @@ function renderCompare(cmp) {
   K25Charts.levels("chart-bench-ttft", cmp.rows, "median_ttft_ms", "ms", 1);
   K25Charts.levels("chart-bench-tpot", cmp.rows, "median_tpot_ms", "ms", 2);
   bars("chart-bench-acc", cmp.rows, "acceptance_length", 2);
+  paretoChart(cmp);
   const link = (r, text) => `<a href="/benchmarks/${r.run_ids[0]}" title="runs ${r.run_ids.join(", ")}: provenance and levels">${text}</a>`;
   $("compare").innerHTML = cmp.rows.map((r) => `<tr data-profile="${esc(r.profile)}"><td>${esc(r.profile)}</td>
     <td>${link(r, fmt(r.output_throughput, 1))}${r.throughput_cv != null ? ` <span class="mute">±${fmt(100 * r.throughput_cv, 1)}%</span>` : ""}</td>
@@ -214,6 +215,15 @@ function renderCompare(cmp) {
     <td>${fmt(r.acceptance_length, 2)}${predictions(r.predicted_length)}</td><td>${fmt(r.acceptance_rate, 3)}</td>
     <td class="mute">${esc(r.provenance.engine || "")} ${esc(r.provenance.engine_version || "")}</td></tr>`).join("");
 }
+
+// The Pareto chart with the axes chosen in its two selects (drawn again when one changes).
+let lastCompare = null;
+function paretoChart(cmp) {
+  lastCompare = cmp;
+  const x = $("pareto-x"), y = $("pareto-y");
+  K25Charts.pareto("chart-pareto", cmp.rows, x.value, y.value, x.selectedOptions[0].text, y.selectedOptions[0].text + " ms");
+}
+for (const id of ["pareto-x", "pareto-y"]) $(id).addEventListener("change", () => lastCompare && paretoChart(lastCompare));
 
 // What fewer drafted tokens would give, from the per-position acceptance rates (compare.predicted_lengths).
 function predictions(byK) {
