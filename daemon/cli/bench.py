@@ -75,6 +75,8 @@ def spec(args: argparse.Namespace) -> ApiJson:
         out["pace"] = args.pace
     if args.slo:
         out["slo"] = args.slo
+    if args.acceptance_by_category:
+        out["acceptance_by_category"] = True
     if args.capacity:
         search = {"start_rate": args.start_rate, "factor": args.factor, "resolution": args.resolution}
         out["capacity"] = search | ({"max_rate": args.max_rate} if args.max_rate else {})
@@ -197,6 +199,11 @@ def _load_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--input-len", type=int, help="random dataset: prompt length")
     p.add_argument(
         "--slo", help="a latency SLO: ttft_p95_ms=800,tpot_p95_ms=60,errors=0.5%% or a name from [slos]"
+    )
+    p.add_argument(
+        "--acceptance-by-category",
+        action="store_true",
+        help="a speculative profile: acceptance per prompt category with its interval, after each level",
     )
     p.add_argument(
         "--capacity",

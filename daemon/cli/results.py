@@ -147,6 +147,12 @@ def benchmark(args: argparse.Namespace) -> int:
                 f"    {name}: {cat['completed']}/{cat['requests']} ok, {figure(cat['stream_tok_s'])} tok/s a "
                 f"stream, TPOT p50 {tpot} ms, acc len {length}"
             )
+        for name, acc in (s.get("category_acceptance") or {}).items():
+            band = f" [{figure(acc['low'], '.2f')}, {figure(acc['high'], '.2f')}]" if acc.get("low") else ""
+            lines.append(
+                f"    {name}: acceptance length {figure(acc['acceptance_length'], '.2f')}{band} "
+                f"({acc['units']} units; {acc['method']})"
+            )
         if predicted := lv.get("predicted_acceptance_length"):
             drafted = len(s.get("spec_decode_per_position_acceptance_rates") or [])
             guesses = ", ".join(f"at k={k} ~{v:.2f}" for k, v in predicted.items())

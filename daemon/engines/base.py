@@ -12,8 +12,9 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from daemon.core.jsontypes import RequestBody
+from daemon.core.jsontypes import ForeignJson, RequestBody
 from daemon.core.profiles import ParkMode
+from daemon.engines.metric_text import delta
 from daemon.engines.shell_words import carries, command_words
 
 PIN_THREADS = 8  # torch's pinned_num_register_threads for a park's backup (8: 8.1 GiB/s on an H200 host)
@@ -100,44 +101,6 @@ class UsageDelta:
     acceptance_rate: float | None = None
     normalized_rate: float | None = None
     per_position: list[float] = field(default_factory=list)
-
-
-def metric_samples(text: str, wanted: tuple[str, ...] = ()) -> dict[str, list[tuple[dict[str, str], float]]]:
-    """Parse a Prometheus text scrape (prometheus_client's parser) into sample name -> [(labels, value)].
-    With `wanted`, only those metrics' lines are parsed: the watch scrapes every interval, and an engine's
-    histograms are most of its text."""
-    from prometheus_client.parser import text_string_to_metric_families  # only the metrics path needs it
-
-    if wanted:
-        text = "\n".join(line for line in text.splitlines() if line.startswith(wanted)) + "\n"
-    out: dict[str, list[tuple[dict[str, str], float]]] = {}
-    for family in text_string_to_metric_families(text):
-        for s in family.samples:
-            out.setdefault(s.name, []).append((dict(s.labels), float(s.value)))
-    return out
-
-
-def total(samples: dict[str, list[tuple[dict[str, str], float]]], name: str) -> float | None:
-    rows = samples.get(name)
-    return None if rows is None else sum(v for _, v in rows)
-
-
-def mean(samples: dict[str, list[tuple[dict[str, str], float]]], name: str) -> float | None:
-    """A per-rank gauge (KV usage, accept length): the mean over ranks, not the sum."""
-    rows = samples.get(name)
-    return sum(v for _, v in rows) / len(rows) if rows else None
-
-
-def delta(after: float | None, before: float | None) -> float | None:
-    if after is None or before is None:
-        return None
-    return after - before
-
-
-def ratio(num: float | None, den: float | None) -> float | None:
-    if num is None or den is None or den <= 0:
-        return None
-    return num / den
 
 
 LOOPBACK = ("127.0.0.1", "::1", "localhost")
@@ -346,6 +309,20 @@ class Engine(ABC):
         if ignore_eos:
             body["ignore_eos"] = True  # both engines' extension: generate exactly max_tokens
         return body
+
+    def verify_request(
+        self, profile: Profile, prompt: str, *, max_tokens: int, temperature: float, ignore_eos: bool
+    ) -> tuple[str, RequestBody] | None:
+        """A request whose answer says how many verify steps it took (per-request acceptance); None: the
+        engine says acceptance only in its counters."""
+        return None
+
+    def verify_counts(self, answer: ForeignJson) -> tuple[int, int] | None:
+        """(output tokens, verify steps) of such a request's answer; None where it does not say."""
+        return None
+
+    # Where per-request verify counts come from, in the operator's words (None: nowhere).
+    verify_source: str | None = None
 
     def version_path(self) -> str | None:
         """Where the engine says its version (None: it does not)."""

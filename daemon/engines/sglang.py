@@ -8,7 +8,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from daemon.core.jsontypes import ForeignJson
+from daemon.core.jsontypes import ForeignJson, RequestBody
 from daemon.core.profiles import ParkMode
 from daemon.engines.base import (
     COMMON_SHM_PATTERNS,
@@ -19,17 +19,14 @@ from daemon.engines.base import (
     Readiness,
     StageRule,
     UsageDelta,
-    delta,
-    mean,
-    metric_samples,
-    ratio,
-    total,
 )
+from daemon.engines.metric_text import delta, mean, metric_samples, ratio, total
 
 if TYPE_CHECKING:
     from daemon.core.profiles import Profile
 
 SPEC_ALGORITHMS = {"eagle3": "EAGLE3", "eagle": "EAGLE"}
+GENERATE_PATH = "/generate"  # SGLang's native generation route
 
 M_PROMPT = "sglang:prompt_tokens_total"
 M_GENERATION = "sglang:generation_tokens_total"
@@ -81,6 +78,9 @@ PATH_FLUSH_CACHE = "/flush_cache"
 
 class SglangEngine(Engine):
     name = "sglang"
+    # The native /generate answers with meta_info.completion_tokens and spec_verify_ct (the verify steps
+    # of the request); the OpenAI routes do not pass them on (entrypoints/openai/serving_completions.py).
+    verify_source = "per request: meta_info.spec_verify_ct of SGLang's native /generate"
     park_mode = ParkMode.RELEASE
     tunable_flags = MappingProxyType(
         {
@@ -243,6 +243,21 @@ class SglangEngine(Engine):
 
     def version_path(self) -> str | None:
         return SERVER_INFO_PATH  # `version` is one of /server_info's keys
+
+    def verify_request(
+        self, profile: Profile, prompt: str, *, max_tokens: int, temperature: float, ignore_eos: bool
+    ) -> tuple[str, RequestBody] | None:
+        params = {"max_new_tokens": max_tokens, "temperature": temperature, "ignore_eos": ignore_eos}
+        return GENERATE_PATH, {"text": prompt, "sampling_params": params}
+
+    def verify_counts(self, answer: ForeignJson) -> tuple[int, int] | None:
+        meta = answer.get("meta_info")
+        if not isinstance(meta, dict):
+            return None
+        tokens, steps = meta.get("completion_tokens"), meta.get("spec_verify_ct")
+        if not isinstance(tokens, int) or not isinstance(steps, int) or steps <= 0:
+            return None
+        return tokens, steps
 
     def usage_delta(self, profile: Profile, before: MetricsSnapshot, after: MetricsSnapshot) -> UsageDelta:
         base = super().usage_delta(profile, before, after)

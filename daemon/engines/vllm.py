@@ -20,12 +20,8 @@ from daemon.engines.base import (
     Readiness,
     StageRule,
     UsageDelta,
-    delta,
-    mean,
-    metric_samples,
-    ratio,
-    total,
 )
+from daemon.engines.metric_text import delta, mean, metric_samples, ratio, total
 
 if TYPE_CHECKING:
     from daemon.core.profiles import Profile

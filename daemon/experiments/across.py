@@ -2,12 +2,13 @@
 rounds, the load at which B stops paying (the crossover) with its uncertainty, and the capacity ratio
 under an SLO.
 
-A level's ratio is the ratio of the geometric means of the two profiles' round figures, its 95% interval
+A level's ratio is the ratio of the geometric means of the two profiles' round figures, its 99% interval
 Welch's t on their logs (as stats.py judges rounds). The crossover is estimated from the per-level ratios,
 not read off one level: where the log ratio, linear in log load between the two levels around its change
 of sign, reaches 0. Its interval comes from the levels' own uncertainty: the log ratios drawn again from
-their t distributions (`DRAWS` times, a fixed seed), each draw's crossing found the same way, and the 2.5th
-and 97.5th percentiles taken; the share of draws with a crossing at all says how sure the change is."""
+their t distributions (`DRAWS` times, a fixed seed), each draw's crossing found the same way, and the 0.5th
+and 99.5th percentiles taken (ALPHA, as every verdict's); the share of draws with a crossing at all says
+how sure the change is."""
 
 from __future__ import annotations
 
@@ -27,7 +28,7 @@ DRAWS = 4000
 class LevelRatio:
     load: float  # the level's concurrency or request rate
     ratio: float  # B over A
-    low: float | None  # its 95% interval (None: one round, or no spread)
+    low: float | None  # its 99% interval (None: one round, or no spread)
     high: float | None
     rounds: int
     se: float | None = None  # of the log ratio
@@ -41,7 +42,7 @@ class LevelRatio:
 @dataclass(frozen=True)
 class Crossover:
     at: float  # the load where B's ratio reaches 1
-    low: float | None  # its 95% interval from the levels' uncertainty
+    low: float | None  # its 99% interval from the levels' uncertainty
     high: float | None
     share: float  # of the redrawn ratios, how many cross at all
     faster_below: bool  # B is faster below the crossover (speculation at low load)

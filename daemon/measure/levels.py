@@ -11,12 +11,14 @@ from dataclasses import dataclass, field
 
 import httpx
 
-from daemon.core.jsontypes import RequestBody, VllmSummary
+from daemon.core.jsontypes import RequestBody, StoredJson, VllmSummary
 from daemon.core.profiles import LoadedProfile
 from daemon.core.run_types import Phase, Progress
 from daemon.datasets.shapes import PATHS, salted_body
-from daemon.engines.base import Engine, MetricsSnapshot, delta
+from daemon.engines.base import Engine, MetricsSnapshot
 from daemon.engines.client import Prober
+from daemon.engines.metric_text import delta
+from daemon.measure.acceptance import AcceptancePass
 from daemon.measure.capacity import queue_trend
 from daemon.measure.client import LevelResult, Request, run_level
 from daemon.measure.metrics import RequestRecord, by_category, summarize
@@ -196,9 +198,24 @@ class Measurement:
         if self.spec.capacity is not None:  # is the queue growing within the level?
             growth, growth_s = queue_trend(result.records)
             summary |= {"queue_growth": growth, "queue_growth_s": growth_s}
+        if self.spec.acceptance_by_category and spec_cfg is not None:
+            summary["category_acceptance"] = await self._acceptance(level)
         extra = other_traffic(summary, result.records)
         summary |= {"other_traffic": extra > 0, "other_traffic_tokens": extra}
         await self._keep(level, summary, result.records, extra)
+
+    async def _acceptance(self, level: Level) -> StoredJson:
+        await self._event(f"{level.label}: acceptance per category")
+        self.say(f"{level.label}, acceptance per category")
+        found = AcceptancePass(
+            self.engine,
+            self.target.lp.profile,
+            self.client,
+            self._counters,
+            concurrency=level.concurrency,
+            timeout_s=self.spec.request_timeout_s,
+        )
+        return await found.run(self.prompts, self.bodies, self.spec.max_tokens, self.spec.eos_ignored)
 
     async def _warm_up(self, level: Level) -> None:
         spec, base = self.spec, self.target.lp.profile.base_url

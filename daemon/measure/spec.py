@@ -100,6 +100,11 @@ class BenchmarkSpec(BaseModel):
         "settings' [slos]: each level then says whether it met it, and its goodput",
     )
 
+    acceptance_by_category: bool = Field(
+        default=False,
+        description="a speculative profile: after each level, its acceptance per prompt category with a 95% "
+        "interval (per request where the engine reports verify steps, else in windows of one category)",
+    )
     capacity: CapacitySearch | None = Field(
         None,
         description="a capacity search in place of the load levels: the highest Poisson request rate that "

@@ -127,6 +127,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--answer-salt", default="", help="answer other tokens (another model, a broken drafter)")
     p.add_argument("--max-running", type=int, default=0, help="requests run at once; more wait (0: no cap)")
     p.add_argument(
+        "--draw-spread", action="store_true", help="each request's drafts start where its prompt says"
+    )
+    p.add_argument(
         "--batch-knee",
         type=float,
         default=0.0,
@@ -344,6 +347,7 @@ def main(argv: list[str] | None = None) -> int:
         hang_after=args.fault_after if "hang-after-ready" in args.fault else None,
         max_running=args.max_running or None,
         batch_knee=args.batch_knee,
+        draw_spread=args.draw_spread,
         park=_park_config(args, gib),
         answer_salt=args.answer_salt,
         logprob_noise=args.logprob_noise,

@@ -21,7 +21,7 @@ from daemon.core.jsontypes import RequestBody
 from daemon.engines import sglang as sg
 from k25_sandbox.fake_answer import Weights, prompt_key, served, text_of, token_ids, whole_extras
 from k25_sandbox.fake_park import FakePark, ParkControl
-from k25_sandbox.fake_stats import Draw, FakeConfig, Stats, count_request
+from k25_sandbox.fake_stats import FakeConfig, Stats, count_request
 
 FAKE_VERSION = "0.0.0+fake"
 
@@ -53,6 +53,7 @@ def build_app(
         routes += [
             Route(sg.SERVER_INFO_PATH, server.server_info),
             Route("/get_server_info", server.server_info),
+            Route(sg.GENERATE_PATH, server.generate, methods=["POST"]),
         ]
     if server.park is not None:
         routes += server.park.routes()
@@ -135,7 +136,7 @@ class _FakeServer:
 
     async def tokens(self, max_tokens: int, prompt: str) -> AsyncIterator[int]:
         cfg, stats = self.cfg, self.stats
-        draw = Draw(cfg.acceptance_for(prompt))
+        draw = cfg.draw_for(prompt)
         stats.started += 1
         if cfg.deadlock or (cfg.hang_after is not None and stats.started > cfg.hang_after):
             await self.hang.wait()
@@ -151,6 +152,21 @@ class _FakeServer:
             produced += n
             stats.gen.inc(n)
             yield n
+
+    async def generate(self, request: Request) -> Response:
+        """SGLang's native /generate, not streamed: the text and meta_info with the request's verify steps."""
+        body = await request.json()
+        params = body.get("sampling_params") or {}
+        prompt, max_tokens = str(body.get("text") or ""), int(params.get("max_new_tokens") or 16)
+        produced = steps = 0
+        async with self.slot():
+            async for n in self.tokens(max_tokens, prompt):
+                produced, steps = produced + n, steps + 1
+        count_request(self.stats, self.cfg)
+        meta = {"id": f"gen-{uuid.uuid4().hex[:12]}", "prompt_tokens": max(1, len(prompt.split()))}
+        meta |= {"completion_tokens": produced, "spec_verify_ct": steps, "finish_reason": {"type": "length"}}
+        text = text_of(token_ids(self.weights, prompt_key({"prompt": prompt}), 0, produced))
+        return JSONResponse({"text": text, "meta_info": meta})
 
     def _lose_drafter(self) -> None:
         self.cfg.acceptance = 0.0

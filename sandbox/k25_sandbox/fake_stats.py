@@ -4,6 +4,7 @@ its counters, gauges and histograms under the engines' real metric names."""
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import re
 from dataclasses import dataclass, field
@@ -47,6 +48,13 @@ class FakeConfig:
     # 1 + (those tokens) / batch_knee times as long as an empty engine's (0: no slowdown). A speculative
     # profile's step fills the batch 1 + k times faster: it pays most at low load and least at high load.
     batch_knee: float = 0.0
+    # Requests that differ as a real drafter's do: each request's drafts start at a carry drawn from its
+    # prompt (the same prompt, the same draws), so its accepted total varies around the mean (False: 0.5).
+    draw_spread: bool = False
+
+    def draw_for(self, prompt: str) -> Draw:
+        carry = int(hashlib.sha256(prompt.encode()).hexdigest()[:8], 16) / 2**32 if self.draw_spread else 0.5
+        return Draw(self.acceptance_for(prompt), carry)
 
     def batch_factor(self, running: int) -> float:
         """How much longer a decode step takes with `running` requests in the batch (this one included)."""
@@ -92,9 +100,9 @@ class Draw:
     fractions carried over (per request: concurrent requests of other topics do not mix). The carry starts
     at one half: a request's accepted total is rounded, not floored, so the counters' rate stays unbiased."""
 
-    def __init__(self, acceptance: float) -> None:
+    def __init__(self, acceptance: float, carry: float = 0.5) -> None:
         self.acceptance = acceptance
-        self.carry = 0.5
+        self.carry = carry
 
     def accepted(self, k: int) -> int:
         self.carry += k * self.acceptance

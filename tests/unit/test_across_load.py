@@ -43,7 +43,7 @@ def test_the_crossover_is_found_between_the_levels_around_it() -> None:
 
 
 def test_the_crossover_interval_covers_the_truth_at_about_its_level() -> None:
-    """200 simulated experiments: the 95% interval holds the known crossover in most of them."""
+    """200 simulated experiments: the 99% interval holds the known crossover in nearly all of them."""
     rng = random.Random(11)  # noqa: S311 - simulated noise
     hits = crossed = 0
     for seed in range(200):
