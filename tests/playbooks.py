@@ -21,12 +21,13 @@ class Played:
     recap: dict[str, dict[str, int]]  # host -> ok, changed, failed, ... as the recap counts them
 
 
-def play(inventory: Path, playbook: str, *args: str, home: Path) -> Played:
-    """`playbook` (a file, or k25.ctl.NAME) on `inventory`; `home`: Ansible's own files (its temp folder)."""
+def play(inventory: Path, playbook: str, *args: str, home: Path, collections: Path | None = None) -> Played:
+    """`playbook` (a file, or k25.ctl.NAME) on `inventory`; `home`: Ansible's own files (its temp folder);
+    `collections`: where k25.ctl is installed (default: this checkout's)."""
     env = {
         "PATH": f"{Path(sys.executable).parent}:/usr/sbin:/usr/bin:/sbin:/bin",
         "HOME": str(home),
-        "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "contrib/ansible"),
+        "ANSIBLE_COLLECTIONS_PATH": str(collections or ROOT / "contrib/ansible"),
         "ANSIBLE_LOCAL_TEMP": str(home / "tmp"),
         "ANSIBLE_NOCOLOR": "1",
         "ANSIBLE_FORCE_COLOR": "0",
@@ -41,3 +42,19 @@ def play(inventory: Path, playbook: str, *args: str, home: Path) -> Played:
         for m in re.finditer(r"^(\S+)\s+:\s+(ok=.*)$", out, re.M)
     }
     return Played(done.returncode, out, recap)
+
+
+def installed(where: Path) -> Path:
+    """The collection as a user gets it: `ansible-galaxy collection build` of this checkout's, then
+    `ansible-galaxy collection install` of the artifact into `where`; returns the collections path."""
+    galaxy = Path(sys.executable).parent / "ansible-galaxy"
+    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(where), "LC_ALL": "C.UTF-8"}
+    source = ROOT / "contrib/ansible/ansible_collections/k25/ctl"
+    built = subprocess.run([str(galaxy), "collection", "build", str(source), "--output-path", str(where)],
+                           capture_output=True, text=True, env=env, timeout=120, check=True)  # fmt: skip
+    (artifact,) = where.glob("k25-ctl-*.tar.gz")
+    assert artifact.name in built.stdout, built.stdout
+    path = where / "collections"
+    subprocess.run([str(galaxy), "collection", "install", str(artifact), "-p", str(path)],
+                   capture_output=True, text=True, env=env, timeout=120, check=True)  # fmt: skip
+    return path

@@ -59,6 +59,15 @@ class RelativeOut(Out):
     ratio: float
 
 
+class GateOut(BaseModel):
+    """A gate benchmark's verdict against the host's own normal (its spec's `gate`)."""
+
+    min_relative: float
+    require_normal: bool
+    passed: bool
+    text: str
+
+
 class CapacityOut(BaseModel):
     """A capacity search's answer: the highest rate proven to meet the SLO, the bracket it lies in."""
 
@@ -93,6 +102,8 @@ class BenchmarkOut(BaseModel):
     levels: list[BenchmarkLevelOut] = []
     relative: RelativeOut | None = None  # GET /benchmarks/{id} only: against the host's own normal
     capacity: CapacityOut | None = None  # a capacity search's answer (spec.capacity)
+    gate: GateOut | None = None  # GET /benchmarks/{id} only: a gate benchmark's verdict (spec.gate)
+    serving_run_id: int | None = None  # the serving run it measured (its profile's activation)
 
 
 class StepOut(BaseModel):

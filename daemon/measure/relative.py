@@ -50,3 +50,19 @@ class RelativeThroughput:
             found = {b.profile: r for b in self.store.newest_each() if (r := self.of(b)) is not None}
             self._newest = (changes, found)
         return dict(self._newest[1])
+
+
+def gate_verdict(relative: Relative | None, min_relative: float, require_normal: bool) -> tuple[bool, str]:
+    """(passed, why) of a gate benchmark against the host's normal."""
+    if relative is None:
+        why = (
+            "the first benchmark of its kind on this host: nothing to compare with yet (the normal is per "
+            "profile, benchmark spec and whether other clients were served while it ran)"
+        )
+        return (False, why + "; the gate requires a normal") if require_normal else (True, why)
+    said = (
+        f"{relative.throughput:.1f} tok/s, {relative.ratio:.0%} of this host's normal "
+        f"{relative.baseline:.1f} tok/s (median of {relative.baseline_runs} runs); "
+        f"the gate asks for {min_relative:.0%}"
+    )
+    return relative.ratio >= min_relative, said

@@ -53,6 +53,19 @@ CAPACITY_RULE: JsonDict = {
 }
 
 
+class Gate(BaseModel):
+    """A benchmark that gates a rollout: the share of this host's own normal it must reach."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    min_relative: float = Field(gt=0, le=10, description="throughput over the host's normal, at least")
+    require_normal: bool = Field(
+        default=False,
+        description="fail when there is no normal to compare with (the first benchmark of its kind); "
+        "otherwise such a gate passes, saying so",
+    )
+
+
 class BenchmarkSpec(BaseModel):
     model_config = ConfigDict(
         extra="forbid", json_schema_extra={"allOf": [CUSTOM_RULE, PACE_RULE, CAPACITY_RULE]}
@@ -100,6 +113,11 @@ class BenchmarkSpec(BaseModel):
         "settings' [slos]: each level then says whether it met it, and its goodput",
     )
 
+    gate: Gate | None = Field(
+        default=None,
+        description="judge this benchmark against the host's own normal (GET /benchmarks/{id}'s gate): a "
+        "rollout's gate; like the SLO, not part of the spec hash",
+    )
     acceptance_by_category: bool = Field(
         default=False,
         description="a speculative profile: after each level, its acceptance per prompt category with a 95% "
@@ -153,5 +171,9 @@ class BenchmarkSpec(BaseModel):
 
     def digest(self) -> str:
         """What makes two benchmarks comparable: everything but the profile."""
-        data = self.model_dump(exclude={"profile", "slo"})  # an SLO judges a measurement, it changes none
+        data = self.model_dump(exclude={"profile", "slo", "gate"})  # they judge a measurement, change none
+        if not data.get("acceptance_by_category"):  # hashes of benchmarks from before it stay as they were
+            data.pop("acceptance_by_category", None)
+        if data.get("capacity") is None:
+            data.pop("capacity", None)
         return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:16]

@@ -13,7 +13,8 @@ from pathlib import Path
 
 from daemon.cli.exit_codes import EXIT_FAILED, EXIT_OK
 from daemon.cli.plugins import Demo, SubParsers
-from daemon.core.errors import HostTimeout
+from daemon.core.errors import HostTimeout, InvalidInput
+from daemon.core.settings import Settings
 from k25_sandbox import sandbox
 from k25_sandbox.sandbox import SandboxInfo
 
@@ -58,8 +59,29 @@ def add_commands(sub: SubParsers) -> None:
         metavar="PROFILE",
         help="up: start this profile's engine once booted; returns when the daemon says it is active",
     )
+    p.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="up: a daemon setting for this sandbox, VALUE as TOML (--set service_port=8000 --set "
+        "drain_grace_s=2; repeatable)",
+    )
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=_command)
+
+
+def _settings(pairs: list[str]) -> dict[str, str]:
+    """--set KEY=VALUE pairs; a clear error for one without '='."""
+    out = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key.strip() or not value.strip():
+            raise InvalidInput(f"--set {pair!r}: expected KEY=VALUE (a TOML value: --set drain_grace_s=2)")
+        if key.strip() not in Settings.model_fields:
+            raise InvalidInput(f"--set {pair!r}: k25-ctl has no setting {key.strip()!r}")
+        out[key.strip()] = value.strip()
+    return out
 
 
 def _command(args: argparse.Namespace) -> int:
@@ -71,6 +93,7 @@ def _command(args: argparse.Namespace) -> int:
             binds=tuple(b.resolve() for b in args.bind),
             weights=args.weights.resolve() if args.weights else None,
             parks=tuple(args.park),
+            settings=_settings(args.set) or None,
         )
         if args.activate:
             sandbox.start_profile(info, args.activate)
@@ -87,10 +110,12 @@ def _command(args: argparse.Namespace) -> int:
     if args.action == "shell":
         argv = info.inside(["bash", "-l"])
         os.execvp(argv[0], argv)  # noqa: S606 - an interactive shell inside the sandbox
-    if args.json:
+    if args.json:  # pid: the sandbox's own systemd (PID 1 inside); the daemon's is its MainPID there
         print(json.dumps(asdict(info) | {"alive": not _dead(info)}, indent=2))
     else:
-        print(f"sandbox   {info.name} (PID {info.pid})\nAPI       {info.url}\ntoken     {info.token_file}")
+        print(f"sandbox   {info.name} (its systemd: PID {info.pid})\nAPI       {info.url}")
+        print(f"token     {info.token_file}")
+        print(f"daemon    k25-ctl sandbox shell {info.name}, then systemctl status k25-ctl")
         print(f"shell     k25-ctl sandbox shell {info.name}\ndown      k25-ctl sandbox down {info.name}")
     return EXIT_OK
 

@@ -137,3 +137,44 @@ async def test_a_scrape_between_a_benchmarks_save_and_its_end_leaves_no_stale_ra
     found = re.search(r'^k25_host_relative_throughput\{profile="baseline"\} (\S+)$', metrics, re.M)
     assert found is not None, metrics
     assert abs(float(found.group(1)) - rel["ratio"]) < 1e-9
+
+
+async def test_a_gate_benchmark_is_judged_against_the_normal_and_says_when_there_is_none(env: Env) -> None:
+    """Issue 55: the gate is recorded with the benchmark (its spec's gate, outside the spec hash) and judged
+    on read; a gate with no normal passes and says why the normal is missing, unless it requires one."""
+    await _activate(env, "baseline")
+
+    async def bench(spec: dict[str, object]) -> dict[str, object]:
+        r = await env.client.post("/benchmarks", json=spec, headers=env.auth)
+        assert r.status_code == 202, r.text
+        assert (await wait_run(env, r.json()["run_id"]))["outcome"] == "ok"
+        got: dict[str, object] = (await env.client.get(f"/benchmarks/{r.json()['run_id']}")).json()
+        return got
+
+    first = await bench(SPEC | {"gate": {"min_relative": 0.9}})
+    assert first["gate"] == {
+        "min_relative": 0.9,
+        "require_normal": False,
+        "passed": True,
+        "text": "the first benchmark of its kind on this host: nothing to compare with yet (the normal is "
+        "per profile, benchmark spec and whether other clients were served while it ran)",
+    }
+    strict = await bench(SPEC | {"max_tokens": 11, "gate": {"min_relative": 0.9, "require_normal": True}})
+    gate = strict["gate"]
+    assert isinstance(gate, dict)
+    assert gate["passed"] is False
+    assert str(gate["text"]).endswith("; the gate requires a normal")
+    held = await bench(SPEC | {"gate": {"min_relative": 0.01}})  # the same spec hash as the first
+    assert held["spec_hash"] == first["spec_hash"]
+    gate = held["gate"]
+    assert isinstance(gate, dict)
+    assert gate["passed"] is True
+    assert "of this host's normal" in str(gate["text"])
+    assert held["serving_run_id"] is not None
+    plain = await bench(SPEC)
+    assert plain["gate"] is None
+    assert plain["spec_hash"] == first["spec_hash"]
+    impossible = await bench(SPEC | {"gate": {"min_relative": 10.0}})
+    gate = impossible["gate"]
+    assert isinstance(gate, dict)
+    assert gate["passed"] is False

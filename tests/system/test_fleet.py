@@ -23,10 +23,10 @@ import pytest
 from k25_sandbox import sandbox as sbx
 from k25_sandbox.balancer import Host, Load, haproxy
 from k25_sandbox.ports import free_port
-from tests.playbooks import Played
+from tests.playbooks import Played, installed
 from tests.playbooks import play as playbook
 from tests.prometheus import prometheus, query
-from tests.sandboxing import Api
+from tests.sandboxing import Api, kill_daemon
 from tests.waiting import eventually_sync
 
 pytestmark = pytest.mark.skipif(
@@ -93,11 +93,19 @@ def inventory(fleet: list[Member], tmp_path_factory: pytest.TempPathFactory) -> 
             f"k25_url={m.info.url} k25_token_file={m.info.token_file}"
         )
     path.write_text("\n".join(lines) + "\n")
+    installed(path.parent)  # the plays run the collection as ansible-galaxy built and installed it
     return path
 
 
 def play(inventory: Path, name: str, *args: str) -> Played:
-    return playbook(inventory, f"k25.ctl.{name}", *args, home=inventory.parent)
+    """The collection's playbook, from the artifact built and installed next to the inventory."""
+    return playbook(
+        inventory,
+        f"k25.ctl.{name}",
+        *args,
+        home=inventory.parent,
+        collections=inventory.parent / "collections",
+    )
 
 
 def _switches(m: Member, since: int) -> list[Any]:
@@ -245,3 +253,86 @@ def _bench(m: Member) -> Any:
     assert r.status_code == 202, r.text
     assert m.api.wait_run(r.json()["run_id"])["outcome"] == "ok"
     return m.api.client.get(f"/benchmarks/{r.json()['run_id']}").json()
+
+
+def _slow_load(m: Member, profile: str, seconds: float) -> str:
+    """The profile's fake engine takes `seconds` to load, from now on; returns the file as it was."""
+    path = m.profiles_d / f"{profile}.toml"
+    before = path.read_text()
+    head, _, command = before.partition("command = ")
+    argv = json.loads(command.splitlines()[0])
+    argv[argv.index("--load-seconds") + 1] = str(seconds)
+    rest = "\n".join(command.splitlines()[1:])
+    path.write_text(f"{head}command = {json.dumps(argv)}\n{rest}\n")
+    assert m.api.client.post("/profiles/reload").status_code == 200
+    return before
+
+
+def _gates(m: Member, profile: str) -> list[Any]:
+    """The host's gate benchmarks of the profile (their spec names the gate), newest first."""
+    found = m.api.client.get("/benchmarks", params={"profile": profile, "limit": 50}).json()
+    return [b for b in found if (b.get("spec") or {}).get("gate")]
+
+
+def test_a_host_lost_mid_switch_stops_the_rollout_in_words_and_the_rerun_gates_it(
+    fleet: list[Member], inventory: Path
+) -> None:
+    """Issue 55: host 2's daemon is killed (SIGKILL) while its engine loads the new profile; systemd starts
+    it again and it finishes the switch by itself. The play stops at host 2 with a message in words; with
+    `k25_on_failure=keep` host 2 keeps the profile the daemon finished, ungated, and host 3 is untouched.
+    The re-run gates host 2 (it serves the profile without a passing gate) before it moves host 3. No
+    request through HAProxy fails."""
+    h1, h2, h3 = fleet
+    target = "vllm-eagle3"
+    lenient = json.dumps({"k25_gate_benchmark": SPEC, "k25_gate_max_drop_percent": 60})
+    servers = [Host(m.name, m.service_port, m.info.port) for m in fleet]
+    with haproxy(servers, free_port(), inter="500ms") as proxy:
+        eventually_sync(lambda: all(s["status"] == "UP" for s in proxy.servers().values()), what="all UP")
+        if h1.serving()[1] == target:  # every host starts elsewhere: each has a switch to make
+            h1.api.activate("baseline")
+        for m in (h2, h3):
+            if m.serving()[1] == target:
+                m.api.activate("baseline")
+        last = {m.name: max(r["id"] for r in m.runs()) for m in fleet}
+        with Load(proxy.url, clients=8, max_tokens=64) as load:
+            eventually_sync(lambda: load.count() >= 16, what="traffic flows")
+            kept = _slow_load(h2, target, 8.0)  # kept until the end: the known answer is of this file
+            try:
+                with ThreadPoolExecutor(1) as pool:
+                    args = ("-e", f"k25_profile={target}", "-e", lenient, "-e", "k25_on_failure=keep")
+                    first = pool.submit(play, inventory, "rollout", *args)
+
+                    def loading() -> bool:
+                        return any(r["kind"] == "switch" and r["profile"] == target and r["phase"] == "loading"
+                                   and r["outcome"] == "running" for r in h2.runs() if r["id"] > last["h2"])  # fmt: skip
+
+                    eventually_sync(loading, what="host 2 loads the new profile", within_s=180)
+                    kill_daemon(h2.api, h2.info)
+                    cut = first.result()
+                assert cut.rc != 0, cut.out
+                assert "closed the connection during the switch to vllm-eagle3" in cut.out, cut.out[-3000:]
+                assert "resumed the switch to vllm-eagle3" in cut.out
+                assert "IncompleteRead" not in cut.out
+                assert cut.recap["h2"]["failed"] == 1
+                interrupted, resumed = _switches(h2, last["h2"])
+                assert interrupted["outcome"] == "interrupted"
+                assert (resumed["parent_id"], resumed["outcome"]) == (interrupted["id"], "active")
+                assert h2.serving() == ("active", target)  # kept, as the policy says, and not gated
+                assert _switches(h3, last["h3"]) == []  # the play stopped at host 2
+                h2_gates = len(_gates(h2, target))
+
+                again = play(inventory, "rollout", "-e", f"k25_profile={target}", "-e", lenient)
+            finally:
+                (h2.profiles_d / f"{target}.toml").write_text(kept)
+                assert h2.api.client.post("/profiles/reload").status_code == 200
+            assert again.rc == 0, again.out
+            assert again.recap["h1"]["changed"] == 0  # switched and gated in the first play
+            gate = _gates(h2, target)
+            assert len(gate) == h2_gates + 1  # host 2 was gated now, on the activation it had
+            assert gate[0]["serving_run_id"] == h2.api.status()["serving_run_id"]
+            (moved,) = _switches(h3, last["h3"])
+            assert gate[0]["ended_at"] < moved["started_at"]  # before the play went on to host 3
+            assert h3.serving() == ("active", target)
+    failed_requests = load.failed()
+    print(f"through haproxy: {load.count()} requests, {len(failed_requests)} failed")
+    assert failed_requests == [], failed_requests[:5]

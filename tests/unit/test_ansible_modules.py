@@ -8,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import http.server
 import json
+import math
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -20,6 +21,10 @@ from tests.conftest import ROOT
 
 sys.path.insert(0, str(ROOT / "contrib/ansible"))
 Reply = tuple[int, Any]
+
+
+class Truncated:
+    """An answer cut off mid-body: its Content-Length promises more than is sent (the daemon killed)."""
 
 
 class Stub:
@@ -42,12 +47,16 @@ class Stub:
                     (self.command, self.path.split("?")[0]), (404, {"detail": "no route"})
                 )
                 status, data = found() if callable(found) else found
-                raw = json.dumps(data).encode()
+                raw = json.dumps(data).encode() if not isinstance(data, Truncated) else b'data: {"phase"'
                 self.send_response(status)
                 self.send_header("Content-Type", "application/json")
-                self.send_header("Content-Length", str(len(raw)))
+                self.send_header(
+                    "Content-Length", str(len(raw) + (100 if isinstance(data, Truncated) else 0))
+                )
                 self.end_headers()
                 self.wfile.write(raw)
+                if isinstance(data, Truncated):
+                    self.close_connection = True
 
             do_GET = do_POST = _answer
 
@@ -133,19 +142,35 @@ def test_a_switch_runs_drained_and_returns_its_run(token: Path, capsys: pytest.C
 def test_check_mode_and_an_active_profile_switch_nothing(
     token: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    stub = Stub({("POST", "/plans"): (200, PLAN)})
+    # Already serving: the module says whether this activation (serving run 40) was gated: the gate
+    # benchmark of an earlier activation (serving run 30) does not count.
+    gates = [{"run_id": 52, "serving_run_id": 40, "outcome": "ok", "spec": {"gate": {"min_relative": 0.9}}},
+             {"run_id": 51, "serving_run_id": 40, "outcome": "ok", "spec": {}},
+             {"run_id": 31, "serving_run_id": 30, "outcome": "ok", "spec": {"gate": {"min_relative": 0.9}}}]  # fmt: skip
+    stub = Stub({
+        ("POST", "/plans"): (200, PLAN),
+        ("GET", "/status"): (200, {"serving_run_id": 40}),
+        ("GET", "/benchmarks"): (200, gates),
+        ("GET", "/benchmarks/52"): (200, {"gate": {"passed": True, "text": "98% of this host's normal"}}),
+        ("GET", "/profiles/vllm-eagle3"): (200, PROFILE),
+    })  # fmt: skip
     with serving(stub) as url:
         planned = run_module("k25_profile", _common(url, token) | {"name": "vllm-eagle3", "_ansible_check_mode": True},
                              capsys)  # fmt: skip
         stub.routes[("POST", "/plans")] = (200, PLAN | {"switch": False, "from_profile": "vllm-eagle3"})
         same = run_module("k25_profile", _common(url, token) | {"name": "vllm-eagle3"}, capsys)
+        stub.routes[("GET", "/status")] = (200, {"serving_run_id": 41})  # another activation: never gated
+        ungated = run_module("k25_profile", _common(url, token) | {"name": "vllm-eagle3"}, capsys)
     assert (planned["changed"], planned["outcome"], planned["plan"]["start"]) == (
         True,
         "planned",
         "cold start",
     )
     assert (same["changed"], same["outcome"]) == (False, "unchanged")
-    assert [p for _, p, _, _ in stub.seen] == ["/plans", "/plans"]  # never an activate
+    assert same["gate"] == {"run_id": 52, "passed": True, "text": "98% of this host's normal"}
+    assert same["known_answer"]["agreement"]["equal"] is True
+    assert ungated["gate"] is None
+    assert not any("/activate" in p for _, p, _, _ in stub.seen)  # never an activate
 
 
 def test_a_failed_switch_fails_the_task_with_its_rollback(
@@ -187,7 +212,7 @@ def test_refusals_and_bad_credentials_say_why(
     assert unknown["msg"] == f"k25-ctl at {url} answered 404: no valid profile 'nope'"
     assert no_token["failed"] is True
     assert f"cannot read the k25-ctl token from {tmp_path / 'absent'}" in no_token["msg"]
-    down = run_module("k25_status", {"url": "http://127.0.0.1:9"}, capsys)
+    down = run_module("k25_status_info", {"url": "http://127.0.0.1:9"}, capsys)
     assert down["failed"] is True, down
     assert "did not answer" in down["msg"], down
 
@@ -195,8 +220,18 @@ def test_refusals_and_bad_credentials_say_why(
 def test_the_benchmark_gate_holds_the_host_to_its_own_normal(
     token: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    bench = {"run_id": 9, "profile": "baseline", "output_throughput": 66.0,
-             "relative": {"throughput": 66.0, "baseline": 82.5, "baseline_runs": 3, "ratio": 0.8}}  # fmt: skip
+    """The module sends the gate with the benchmark (the daemon records it) and goes by the daemon's
+    verdict; a measurement is never `changed`."""
+    relative = {"throughput": 66.0, "baseline": 82.5, "baseline_runs": 3, "ratio": 0.8}
+    said = "66.0 tok/s, 80% of this host's normal 82.5 tok/s (median of 3 runs); the gate asks for 90%"
+    verdict = {"min_relative": 0.9, "require_normal": False, "passed": False, "text": said}
+    bench = {
+        "run_id": 9,
+        "profile": "baseline",
+        "output_throughput": 66.0,
+        "relative": relative,
+        "gate": verdict,
+    }
     stub = Stub({
         ("POST", "/benchmarks"): (202, {"run_id": 9}),
         ("GET", "/runs/9"): (200, {"id": 9, "outcome": "ok", "error": None}),
@@ -208,24 +243,50 @@ def test_the_benchmark_gate_holds_the_host_to_its_own_normal(
         slow = run_module(
             "k25_benchmark", _common(url, token) | {"benchmark": spec, "min_relative": 0.9}, capsys
         )
-        loose = run_module(
-            "k25_benchmark", _common(url, token) | {"benchmark": spec, "min_relative": 0.75}, capsys
+        stub.routes[("GET", "/benchmarks/9")] = (200, bench | {"gate": verdict | {"passed": True}})
+        strict = run_module(
+            "k25_benchmark",
+            _common(url, token) | {"benchmark": spec, "min_relative": 0.75, "require_normal": True},
+            capsys,
         )
-        stub.routes[("GET", "/benchmarks/9")] = (200, bench | {"relative": None})
-        first = run_module(
-            "k25_benchmark", _common(url, token) | {"benchmark": spec, "min_relative": 0.9}, capsys
-        )
+        stub.routes[("GET", "/benchmarks/9")] = (200, bench | {"gate": None})
+        plain = run_module("k25_benchmark", _common(url, token) | {"benchmark": spec}, capsys)
     assert slow["failed"] is True
     assert slow["passed"] is False
-    assert slow["msg"] == ("baseline measured 66.0 tok/s, 80% of this host's normal 82.5 tok/s (median of 3 runs); "
-                           "the gate asks for 90%")  # fmt: skip
-    assert (loose["passed"], loose["changed"], loose.get("failed")) == (True, True, None)
-    assert first["passed"] is True
-    assert "nothing to compare with" in first["msg"]
-    assert stub.seen[0][2] == spec
+    assert slow["msg"] == f"baseline: {said}"
+    assert (strict["passed"], strict["changed"], strict.get("failed")) == (True, False, None)
+    assert (plain["passed"], plain["changed"]) == (True, False)
+    sent = [body for m, _, body, _ in stub.seen if m == "POST"]
+    assert sent[0] == spec | {"gate": {"min_relative": 0.9, "require_normal": False}}
+    assert sent[1]["gate"] == {"min_relative": 0.75, "require_normal": True}
+    assert sent[2] == spec  # no gate asked: none recorded
 
 
-def test_status_facts(capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_daemon_lost_mid_switch_is_said_in_words(token: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """Issue 55: the run's event stream breaks off mid-answer (the daemon killed); the module asks again,
+    finds the run interrupted and the run that resumed it, and fails saying so, not with IncompleteRead."""
+    answers = iter(
+        [RUN | {"outcome": "running"}, RUN | {"outcome": "interrupted", "error": "daemon restarted"}]
+    )
+    stub = Stub({
+        ("POST", "/plans"): (200, PLAN),
+        ("POST", "/profiles/vllm-eagle3/activate"): (202, {"run_id": 7}),
+        ("GET", "/runs/7"): lambda: (200, next(answers)),
+        ("GET", "/runs/7/events"): (200, Truncated()),
+        ("GET", "/runs"): (200, [{"id": 8, "kind": "switch", "profile": "vllm-eagle3", "outcome": "active"}]),
+    })  # fmt: skip
+    with serving(stub) as url:
+        out = run_module("k25_profile", _common(url, token) | {"name": "vllm-eagle3"}, capsys)
+    assert out["failed"] is True
+    assert out["msg"] == (
+        f"the daemon at {url} closed the connection during the switch to vllm-eagle3 (run 7) and came back; "
+        "run 7's outcome: interrupted; resumed the switch to vllm-eagle3 (run 8): active. The host was not "
+        "gated on vllm-eagle3"
+    )
+    assert out["from_profile"] == "baseline"  # what the rollout's rescue restores
+
+
+def test_status_info(capsys: pytest.CaptureFixture[str]) -> None:
     status = {"state": "active", "active_profile": "baseline", "reason": None, "strays": [], "gpu_error": None,
               "parked": [{"profile": "vllm-eagle3"}]}  # fmt: skip
     profiles = [{"name": "baseline", "valid": True, "default": True, "parked": False, "known_answer": None},
@@ -237,8 +298,8 @@ def test_status_facts(capsys: pytest.CaptureFixture[str]) -> None:
     stub = Stub({("GET", "/status"): (200, status), ("GET", "/profiles"): (200, profiles),
                  ("GET", "/benchmarks"): (200, benchmarks)})  # fmt: skip
     with serving(stub) as url:
-        out = run_module("k25_status", {"url": url}, capsys)
-    facts = out["ansible_facts"]["k25_ctl"]
+        facts = run_module("k25_status_info", {"url": url}, capsys)
+    assert "ansible_facts" not in facts  # an _info module returns data, it sets no facts
     assert (facts["state"], facts["active_profile"], facts["parked"], facts["gpus_clean"]) == (
         "active", "baseline", ["vllm-eagle3"], True,
     )  # fmt: skip
@@ -271,3 +332,37 @@ def test_the_fleet_verdict_is_what_the_hosts_own_verdicts_agree_on() -> None:
     none = fleet_verdict({"h1": host("no difference detected", 1.01)})
     assert none["sglang-eagle3"]["verdict"] == "no difference detected"
     assert "baseline" not in all_faster  # each host's baseline is what the others are judged against
+
+
+def test_the_fleet_interval_is_pooled_from_the_hosts_and_a_slower_host_is_named() -> None:
+    """Issue 54: three hosts, one planted 10% slower: its own interval excludes the others' pooled ratio,
+    so it is named; the others are not; the fleet's interval comes from the hosts' own."""
+    from ansible_collections.k25.ctl.plugins.filter.fleet_verdict import (
+        Z99,
+        fleet_verdict,
+    )
+
+    def host(ratio: float, half: float) -> dict[str, Any]:
+        low, high = ratio * math.exp(-half), ratio * math.exp(half)
+        return {"results": [{"profile": "baseline", "verdict": "baseline", "speedup": 1.0},
+                            {"profile": "eagle", "verdict": "faster", "speedup": ratio,
+                             "interval": [low, high]}]}  # fmt: skip
+
+    got = fleet_verdict({"h1": host(1.30, 0.03), "h2": host(1.31, 0.03), "h3": host(1.30 * 0.9, 0.03)})[
+        "eagle"
+    ]
+    print(got["text"])
+    assert [o["host"] for o in got["outliers"]] == ["h3"]
+    assert abs(got["outliers"][0]["others"] - (1.30 * 1.31) ** 0.5) < 0.01
+    low, high = got["fleet_interval"]
+    assert low < got["fleet_ratio"] < high
+    assert low < 1.30 * 0.9 < 1.30 < high  # the hosts disagree: the random-effects interval is wide
+    agree = fleet_verdict({"h1": host(1.30, 0.03), "h2": host(1.31, 0.03), "h3": host(1.29, 0.03)})["eagle"]
+    assert agree["outliers"] == []
+    se = 0.03 / Z99 / math.sqrt(3)  # equal hosts, no spread between them: the fixed-effect interval
+    a_low, a_high = agree["fleet_interval"]
+    assert abs(math.log(a_high / a_low) / 2 - Z99 * se) < 0.002
+    assert "fleet 1.30x [" in agree["text"]
+    without = fleet_verdict({"h1": host(1.3, 0.03) | {}, "h2": {"results": [{"profile": "baseline"},
+                            {"profile": "eagle", "verdict": "faster", "speedup": 1.3}]}})["eagle"]  # fmt: skip
+    assert without["outliers"] == []

@@ -44,3 +44,31 @@ def test_the_collection_passes_ansible_test_sanity() -> None:
     assert {"validate-modules", "import", "pylint", "pep8", "yamllint", "ansible-doc", "compile"} <= set(
         ran
     ), ran
+
+
+def _tool_env(home: Path) -> dict[str, str]:
+    return {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(home), "LC_ALL": "C.UTF-8",
+            "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "contrib/ansible")}  # fmt: skip
+
+
+def test_the_changelog_is_kept_with_antsibull_changelog(tmp_path: Path) -> None:
+    """Issue 54: changelogs/ with fragments; the generated CHANGELOG.rst is what changelog.yaml says."""
+    tool = Path(sys.executable).parent / "antsibull-changelog"
+    for args in (["lint"], ["lint-changelog-yaml", "changelogs/changelog.yaml"]):
+        done = subprocess.run([str(tool), *args], cwd=COLLECTION, capture_output=True, text=True,
+                              env=_tool_env(tmp_path), timeout=120, check=False)  # fmt: skip
+        assert done.returncode == 0, done.stdout + done.stderr
+        assert done.stdout.strip() == "", done.stdout
+    galaxy = (COLLECTION / "galaxy.yml").read_text()
+    version = re.search(r"^version: (\S+)$", galaxy, re.M)
+    assert version is not None
+    assert f"v{version.group(1)}\n" in (COLLECTION / "CHANGELOG.rst").read_text()  # this version's notes
+
+
+def test_the_old_module_name_redirects_with_a_deprecation(tmp_path: Path) -> None:
+    """k25_status is k25_status_info now (read-only modules that return data are *_info)."""
+    done = subprocess.run([str(Path(sys.executable).parent / "ansible-doc"), "k25.ctl.k25_status"],
+                          capture_output=True, text=True, env=_tool_env(tmp_path), timeout=120, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert "k25.ctl.k25_status has been deprecated" in done.stderr
+    assert "k25_status_info.py" in done.stdout

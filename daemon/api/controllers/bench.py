@@ -16,6 +16,7 @@ from daemon.api.bench_schemas import (
     CapacityOut,
     CompareOut,
     ExperimentOut,
+    GateOut,
     PlanOut,
     PromoteIn,
     PromoteOut,
@@ -39,7 +40,7 @@ from daemon.experiments.sweep.ranking import parse_metric
 from daemon.experiments.timers import Schedule, Schedules
 from daemon.measure import capacity
 from daemon.measure.interchange import ImportIn
-from daemon.measure.relative import RelativeThroughput
+from daemon.measure.relative import RelativeThroughput, gate_verdict
 from daemon.measure.spec import BenchmarkSpec
 from daemon.proving.known_answer import KnownAnswers
 from daemon.store.bench import BenchmarkView, BenchStore, ExperimentView, unpack
@@ -78,9 +79,14 @@ class BenchController:
         if view is not None:
             relative = await asyncio.to_thread(self.relative.of, view.bench)
             out = bench_out(view, requests=requests)
-            return out.model_copy(
-                update={"relative": RelativeOut.model_validate(relative) if relative else None}
-            )
+            update: dict[str, object] = {
+                "relative": RelativeOut.model_validate(relative) if relative else None
+            }
+            if isinstance(gate := view.spec.get("gate"), dict):
+                floor, need = float(gate["min_relative"]), bool(gate.get("require_normal"))
+                passed, text = gate_verdict(relative, floor, need)
+                update["gate"] = GateOut(min_relative=floor, require_normal=need, passed=passed, text=text)
+            return out.model_copy(update=update)
         run = await asyncio.to_thread(self.store.get_run, run_id=run_id)
         if run is None or run.run.kind != RunKind.BENCHMARK:
             raise NotFound(f"no benchmark run {run_id}")

@@ -29,6 +29,12 @@ options:
     description: Verify the daemon's TLS certificate where I(url) is https.
     type: bool
     default: true
+  reconnect_timeout:
+    description:
+      - While waiting on a run, seconds to keep asking a daemon that stopped answering (killed, restarted
+        by systemd) before the task fails. Once it is back, the task says what became of the run.
+    type: int
+    default: 120
 notes:
   - Set these for every k25.ctl module at once with C(module_defaults) and the action group
     C(group/k25.ctl.k25).

@@ -2,7 +2,10 @@
 # GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
 """The fleet's verdict from each host's own A/B (k25.ctl.k25_experiment on every host): hardware differs
 between hosts, so hosts are never compared with each other; each host judged its profiles against its own
-baseline, and the fleet's verdict is what those within-host verdicts agree on."""
+baseline, and the fleet's verdict is what those within-host verdicts agree on. Where the hosts give their
+intervals, they are pooled into one fleet interval (a random-effects mean of the log ratios, DerSimonian
+and Laird 1986: the hosts may truly differ), and a host whose ratio differs from the pool of the others
+beyond both uncertainties is named as an outlier."""
 
 from __future__ import annotations
 
@@ -21,6 +24,9 @@ description:
     the per-host speed-ups, and one verdict.
   - The verdict is C(faster) (or C(slower)) when every host that reached a verdict says so, C(mixed) when
     hosts disagree (the hosts are named), and C(no difference detected) when none found one.
+  - With each host's 99% interval of the ratio (C(interval)), the fleet's ratio and interval pooled from
+    them (C(fleet_ratio), C(fleet_interval)), and the hosts that disagree with the others beyond their own
+    and the others' uncertainty (C(outliers)).
 positional: _input
 options:
   _input:
@@ -38,7 +44,7 @@ fleet: >-
 RETURN = r"""
 _value:
   description: Profile name to its fleet verdict (hosts, faster, slower, no_difference, speedup_geomean,
-    speedup_min, speedup_max, verdict, text).
+    speedup_min, speedup_max, fleet_ratio, fleet_interval, outliers, verdict, text).
   type: dict
 """
 
@@ -49,12 +55,72 @@ SLOWER = "slower"
 def fleet_verdict(by_host):
     if not isinstance(by_host, dict):
         raise AnsibleFilterError("fleet_verdict takes a dict of host name to k25_experiment result")
-    per_profile = {}
+    per_profile, logs = {}, {}
     for host, result in sorted(by_host.items()):
         rows = (result or {}).get("results") or []
         for row in rows[1:]:  # the first profile is each host's baseline
             per_profile.setdefault(row["profile"], []).append((host, row.get("verdict"), row.get("speedup")))
-    return {name: _judge(found) for name, found in per_profile.items()}
+            found = _log_interval(row)
+            if found is not None:
+                logs.setdefault(row["profile"], {})[host] = found
+    out = {name: _judge(found) for name, found in per_profile.items()}
+    for name, verdict in out.items():
+        verdict.update(_pooled(logs.get(name, {})))
+        if verdict["outliers"]:
+            verdict["text"] += "; " + ", ".join(
+                f"{o['host']} disagrees ({o['ratio']:.2f}x against {o['others']:.2f}x)"
+                for o in verdict["outliers"]
+            )
+        if verdict["fleet_interval"] is not None:
+            low, high = verdict["fleet_interval"]
+            verdict["text"] += f"; fleet {verdict['fleet_ratio']:.2f}x [{low:.2f}, {high:.2f}]"
+    return out
+
+
+Z99 = 2.5758  # the daemon's verdict intervals are 99%
+
+
+def _log_interval(row):
+    """(log ratio, its standard error) from the host's 99% interval; None without one."""
+    band = row.get("interval")
+    if not band or len(band) != 2 or not all(isinstance(x, (int, float)) and x > 0 for x in band):
+        return None
+    low, high = math.log(band[0]), math.log(band[1])
+    return (low + high) / 2, max((high - low) / (2 * Z99), 1e-9)
+
+
+def _random_effects(found):
+    """DerSimonian-Laird: the pooled log ratio and its standard error over (log ratio, se) pairs."""
+    logs = [x for x, se in found]
+    ses = [se for x, se in found]
+    w = [1 / se**2 for se in ses]
+    fixed = sum(wi * x for wi, x in zip(w, logs, strict=True)) / sum(w)
+    q = sum(wi * (x - fixed) ** 2 for wi, x in zip(w, logs, strict=True))
+    c = sum(w) - sum(wi**2 for wi in w) / sum(w)
+    tau2 = max(0.0, (q - (len(found) - 1)) / c) if c > 0 else 0.0
+    w_star = [1 / (se**2 + tau2) for se in ses]
+    mean = sum(wi * x for wi, x in zip(w_star, logs, strict=True)) / sum(w_star)
+    return mean, math.sqrt(1 / sum(w_star))
+
+
+def _pooled(by_host):
+    """The fleet's ratio and 99% interval from the hosts' own, and each host that disagrees with the pool
+    of the others (|difference| > 2.576 x the combined standard error: the host's and the others')."""
+    if not by_host:
+        return dict(fleet_ratio=None, fleet_interval=None, outliers=[])
+    mean, se = _random_effects(list(by_host.values()))
+    outliers = []
+    if len(by_host) >= 3:
+        for host, (x, se_h) in sorted(by_host.items()):
+            others = [v for h, v in by_host.items() if h != host]
+            m_o, se_o = _random_effects(others)
+            if abs(x - m_o) > Z99 * math.sqrt(se_h**2 + se_o**2):
+                outliers.append(dict(host=host, ratio=math.exp(x), others=math.exp(m_o)))
+    return dict(
+        fleet_ratio=math.exp(mean),
+        fleet_interval=[math.exp(mean - Z99 * se), math.exp(mean + Z99 * se)],
+        outliers=outliers,
+    )
 
 
 def _judge(found):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import time
+from http.client import HTTPException
 from urllib.parse import quote, urlencode
 
 from ansible.module_utils.common.text.converters import to_native
@@ -25,16 +26,18 @@ def k25_argument_spec():
         token=dict(type="str", no_log=True),
         timeout=dict(type="int", default=30),
         validate_certs=dict(type="bool", default=True),
+        reconnect_timeout=dict(type="int", default=120),
     )
 
 
 class K25Error(Exception):
     """The API answered with an error (or not at all): `status` (0: no answer) and its `detail`."""
 
-    def __init__(self, status, detail):
+    def __init__(self, status, detail, closed=False):
         super().__init__(detail)
         self.status = status
         self.detail = detail
+        self.closed = closed  # the daemon went away mid-answer (not a timeout)
 
 
 class K25Api:
@@ -42,6 +45,7 @@ class K25Api:
         self.module = module
         self.url = module.params["url"].rstrip("/")
         self._token = module.params.get("token")
+        self.lost = False  # the daemon stopped answering during a wait (and came back)
 
     def token(self):
         """The write token: given, or read from token_file on the managed host."""
@@ -80,7 +84,15 @@ class K25Api:
         )
         status = info.get("status", -1)
         # On an HTTP error fetch_url has read the answer already: its body is in info.
-        raw = resp.read() if resp is not None and 200 <= status < 400 else info.get("body", b"")
+        try:
+            raw = resp.read() if resp is not None and 200 <= status < 400 else info.get("body", b"")
+        except TimeoutError:
+            raise K25Error(0, "no complete answer in time") from None
+        except (HTTPException, OSError) as e:  # the daemon went away mid-answer (IncompleteRead, reset)
+            what = type(e).__name__
+            raise K25Error(
+                0, f"the connection closed before the answer was complete ({what})", True
+            ) from None
         decoded = _decode(raw)
         if status < 200 or status >= 300:
             detail = decoded.get("detail") if isinstance(decoded, dict) else None
@@ -96,11 +108,30 @@ class K25Api:
     def wait_run(self, run_id, timeout):
         """Until run `run_id` has ended: its event stream (SSE) is followed until it closes, which it does
         after the run's final event; a stream that breaks off or stays silent for 30 s is opened again (no
-        sooner than a second after the last). The ended run, or K25Error after `timeout` seconds."""
+        sooner than a second after the last). A daemon that stops answering (killed, restarted by systemd)
+        is asked again every second for up to `reconnect_timeout` seconds, and `lost` says it happened.
+        The ended run, or K25Error after `timeout` seconds."""
         deadline = time.monotonic() + timeout
+        gone = None  # when the daemon stopped answering
         while True:
             opened = time.monotonic()
-            run = self.get(f"/runs/{run_id}")
+            try:
+                run = self.get(f"/runs/{run_id}")
+            except K25Error as e:
+                if e.status != 0:
+                    raise
+                gone = gone or opened
+                waited = time.monotonic() - gone
+                if waited > self.module.params["reconnect_timeout"] or time.monotonic() > deadline:
+                    raise K25Error(
+                        0,
+                        f"the daemon stopped answering during run {run_id} and was not back within "
+                        f"{waited:.0f}s ({e.detail})",
+                    ) from None
+                self.lost = True
+                time.sleep(max(0.0, opened + 1.0 - time.monotonic()))
+                continue
+            gone = None
             if run["outcome"] != "running":
                 return run
             left = deadline - time.monotonic()
@@ -108,7 +139,8 @@ class K25Api:
                 raise K25Error(0, f"run {run_id} has not ended within {timeout}s")
             try:
                 self.request("GET", f"/runs/{run_id}/events", timeout=max(1, int(min(left, 30))))
-            except K25Error:
+            except K25Error as e:
+                self.lost = self.lost or e.closed
                 time.sleep(max(0.0, opened + 1.0 - time.monotonic()))
 
     def fail(self, error, **result):

@@ -12,9 +12,14 @@ description:
     and its throughput relative to the median of the host's last 5 benchmarks of the same profile and
     spec (C(relative)). Comparing a host with itself cancels what differs between hosts.
   - With I(min_relative) it is a gate, as a rollout uses it; the task fails when the host measures
-    slower than that fraction of its own normal. A first benchmark of its kind has nothing to compare
-    with and passes, saying so.
-  - Always C(changed) (a benchmark is a recorded run); in check mode nothing runs.
+    slower than that fraction of its own normal. The daemon records the gate with the benchmark (its
+    spec's C(gate)) and gives the verdict (C(GET /benchmarks/ID)'s C(gate)), so a later play can ask
+    whether a host's activation was gated (C(k25.ctl.k25_profile)'s C(gate)).
+  - The host's normal is per profile, benchmark spec and whether other clients were served while it ran
+    (C(other_traffic)). A first benchmark of its kind has nothing to compare with and passes, saying so,
+    unless I(require_normal).
+  - Never C(changed), since a measurement changes nothing an operator manages (it is recorded as a run
+    all the same); in check mode nothing runs.
 version_added: 1.0.0
 author:
   - k25-ctl developers (@k25-ctl)
@@ -34,6 +39,12 @@ options:
   min_relative:
     description: Fail when the throughput is below this fraction of the host's own normal (0.9 allows 10%).
     type: float
+  require_normal:
+    description:
+      - With I(min_relative), fail when the host has no normal to compare with (no earlier benchmark of
+        this profile and spec, with or without other traffic as this one), rather than pass.
+    type: bool
+    default: false
   wait_timeout:
     description: Seconds to wait for the benchmark.
     type: int
@@ -67,7 +78,8 @@ relative:
   returned: unless in check mode
   type: dict
 passed:
-  description: The gate's answer (true without I(min_relative) or without a baseline).
+  description:
+    - The gate's answer (true without I(min_relative); without a baseline, true unless I(require_normal)).
   returned: unless in check mode
   type: bool
 """
@@ -82,36 +94,34 @@ def main():
         benchmark=dict(type="dict", default={}),
         isolate=dict(type="bool", default=False),
         min_relative=dict(type="float"),
+        require_normal=dict(type="bool", default=False),
         wait_timeout=dict(type="int", default=3600),
     )
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     api = K25Api(module)
     p = module.params
     if module.check_mode:
-        module.exit_json(changed=True, msg="a benchmark would run")
-    result = dict(changed=True)
+        module.exit_json(changed=False, msg="a benchmark would run")
+    result = dict(changed=False)
+    body = dict(p["benchmark"])
+    if p["min_relative"] is not None:
+        body["gate"] = dict(min_relative=p["min_relative"], require_normal=p["require_normal"])
     try:
-        body = api.post("/benchmarks", p["benchmark"], params=dict(isolate=p["isolate"]))[1]
-        result["run_id"] = run_id = body["run_id"]
+        answer = api.post("/benchmarks", body, params=dict(isolate=p["isolate"]))[1]
+        result["run_id"] = run_id = answer["run_id"]
         run = api.wait_run(run_id, p["wait_timeout"])
         if run["outcome"] != "ok":
             module.fail_json(msg=f"benchmark run {run_id} ended {run['outcome']}: {run['error']}", **result)
         bench = api.get(f"/benchmarks/{run_id}")
     except K25Error as e:
         api.fail(e, **result)
-    relative = bench.get("relative")
+    relative, gate = bench.get("relative"), bench.get("gate")
     result.update(profile=bench["profile"], output_throughput=bench["output_throughput"], relative=relative)
-    floor = p["min_relative"]
-    result["passed"] = floor is None or relative is None or relative["ratio"] >= floor
+    result["passed"] = gate is None or gate["passed"]
+    if gate is not None:
+        result["msg"] = f"{bench['profile']}: {gate['text']}"
     if not result["passed"]:
-        module.fail_json(
-            msg=f"{bench['profile']} measured {bench['output_throughput']:.1f} tok/s, "
-            f"{relative['ratio'] * 100:.0f}% of this host's normal {relative['baseline']:.1f} tok/s "
-            f"(median of {relative['baseline_runs']} runs); the gate asks for {floor * 100:.0f}%",
-            **result,
-        )
-    if relative is None:
-        result["msg"] = "the first benchmark of its kind on this host: nothing to compare with yet"
+        module.fail_json(**result)
     module.exit_json(**result)
 
 

@@ -72,7 +72,9 @@ verdicts:
   type: list
   elements: str
 results:
-  description: Per profile (the baseline first), its verdict, speed-up and output throughput.
+  description:
+    - Per profile (the baseline first), its verdict, speed-up, output throughput and the throughput ratio's
+      99% interval on this host (C(interval), for the fleet's pooled verdict).
   returned: unless in check mode
   type: list
   elements: dict
@@ -120,6 +122,7 @@ def results(exp):
     out = []
     for name in exp["request"]["profiles"]:
         row = rows.get(name, {})
+        judged = (row.get("judged") or {}).get("throughput") or {}
         out.append(
             dict(
                 profile=name,
@@ -127,6 +130,8 @@ def results(exp):
                 verdict_text=row.get("verdict_text"),
                 speedup=row.get("speedup"),
                 output_throughput=row.get("output_throughput"),
+                # the throughput ratio's 99% interval on this host (null: not judged from requests)
+                interval=[judged["low"], judged["high"]] if "low" in judged else None,
             )
         )
     return out

@@ -95,6 +95,14 @@ plan:
   description: What the daemon said the switch would do (C(POST /plans)).
   returned: in check mode
   type: dict
+gate:
+  description:
+    - The newest gate benchmark (C(k25.ctl.k25_benchmark) with I(min_relative)) of the profile's current
+      activation (its serving run) and its verdict (C(run_id), C(passed), C(text)); null when none was run,
+      as for a host that reached the profile without a gate (a switch finished after a daemon restart).
+      A rollout gates every host whose C(gate.passed) is not true.
+  returned: when the profile was already active
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -137,6 +145,9 @@ def main():
         if module.check_mode or not plan["switch"]:
             result["outcome"] = "planned" if module.check_mode and plan["switch"] else "unchanged"
             result["plan"] = plan
+            if not plan["switch"]:  # serving already: was this activation gated? (a rollout asks)
+                result["gate"] = _gate(api, name)
+                result["known_answer"] = _known_answer(api.get(profile_path(name)))
             module.exit_json(**result)
         switch(module, api, result)
     except K25Error as e:
@@ -158,26 +169,42 @@ def switch(module, api, result):
     result["outcome"] = run["outcome"]
     result["downtime_s"] = (run.get("switch_cost") or {}).get("downtime_s")
     if run["outcome"] != "active":
-        rollbacks = api.get("/runs", params=dict(parent=run_id))
-        back = next((r for r in rollbacks if r["kind"] == "rollback"), None)
-        if back is not None and back["outcome"] == "running":  # the daemon rolls back: until it has
+        # What the daemon did after: a rollback, or (after a restart mid-start) a run that resumed it.
+        after = api.get("/runs", params=dict(parent=run_id))
+        back = next((r for r in after if r["kind"] in ("rollback", "switch")), None)
+        if back is not None and back["outcome"] == "running":  # until it has ended
             back = api.wait_run(back["id"], p["wait_timeout"])
         if back is not None:
             result["rollback"] = dict(run_id=back["id"], profile=back["profile"], outcome=back["outcome"])
-        module.fail_json(
-            msg="the switch to {} ended {}: {}{}".format(
-                p["name"], run["outcome"], run.get("error") or "", _rolled(result.get("rollback"))
-            ),
-            **result,
-        )
+        module.fail_json(msg=_failed(api, p["name"], run, back), **result)
     result["known_answer"] = _known_answer(api.get(profile_path(p["name"])))
     module.exit_json(**result)
 
 
-def _rolled(back):
-    if back is None:
-        return ""
-    return f"; rolled back to {back['profile']} (run {back['run_id']}): {back['outcome']}"
+def _failed(api, name, run, after):
+    """The failure in words: how the run ended and what the daemon did after it."""
+    then = ""
+    if after is not None:
+        did = "rolled back to" if after["kind"] == "rollback" else "resumed the switch to"
+        then = f"; {did} {after['profile']} (run {after['id']}): {after['outcome']}"
+    if not api.lost:
+        return f"the switch to {name} ended {run['outcome']}: {run.get('error') or ''}{then}"
+    return (
+        f"the daemon at {api.url} closed the connection during the switch to {name} (run {run['id']}) and "
+        f"came back; run {run['id']}'s outcome: {run['outcome']}{then}. The host was not gated on {name}"
+    )
+
+
+def _gate(api, name):
+    """The newest gate benchmark of the profile's current serving run, with the daemon's verdict."""
+    serving = api.get("/status").get("serving_run_id")
+    if serving is None:
+        return None
+    for b in api.get("/benchmarks", params=dict(profile=name, limit=20)):
+        if b.get("serving_run_id") == serving and b["outcome"] == "ok" and (b.get("spec") or {}).get("gate"):
+            verdict = api.get(f"/benchmarks/{b['run_id']}").get("gate") or {}
+            return dict(run_id=b["run_id"], passed=bool(verdict.get("passed")), text=verdict.get("text"))
+    return None
 
 
 def _known_answer(profile):

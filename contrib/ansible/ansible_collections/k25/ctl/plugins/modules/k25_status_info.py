@@ -5,13 +5,15 @@ from __future__ import annotations
 
 DOCUMENTATION = r"""
 ---
-module: k25_status
-short_description: Read a k25-ctl host's state as facts
+module: k25_status_info
+short_description: Read a k25-ctl host's state
 description:
   - Reads the host's k25-ctl daemon (C(GET /status), C(/profiles), C(/benchmarks)) and returns its state,
     the active profile, the parked engines, whether the GPUs are clean, each profile's known answer and
     its newest benchmark.
-  - Sets the fact C(k25_ctl) with the same data. Reads only; the API's reads need no token on loopback.
+  - Reads only (the API's reads need no token on loopback); register the result to use it. Before 1.1.0 it
+    was C(k25.ctl.k25_status) and set the fact C(k25_ctl); that name still works, deprecated, and an
+    C(_info) module returns data rather than facts (Ansible's module guidelines).
 version_added: 1.0.0
 author:
   - k25-ctl developers (@k25-ctl)
@@ -22,7 +24,8 @@ options: {}
 
 EXAMPLES = r"""
 - name: Read the host
-  k25.ctl.k25_status:
+  k25.ctl.k25_status_info:
+  register: k25_ctl
 
 - name: Every host serves the baseline
   ansible.builtin.assert:
@@ -82,7 +85,7 @@ def main():
     except K25Error as e:
         api.fail(e)
     facts = summary(status, profiles, benchmarks)
-    module.exit_json(changed=False, ansible_facts=dict(k25_ctl=facts), **facts)
+    module.exit_json(changed=False, **facts)
 
 
 def summary(status, profiles, benchmarks):
