@@ -8,10 +8,14 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 from k25_sandbox import sandbox as sbx
 from k25_sandbox.faults import FAULT_PROFILES, WEIGHT_FILE_MIB, inside, write_fault_profiles
+from k25_sandbox.layout import fake_engine_profile, make_models
+from k25_sandbox.ports import free_port
 from tests.waiting import eventually_sync
 
 __all__ = ["FAULT_PROFILES", "WEIGHT_FILE_MIB", "inside", "write_fault_profiles"]
@@ -115,3 +119,19 @@ def stop_engines(info: sbx.SandboxInfo) -> None:
     r = inside(info, "systemctl", "stop", "k25-engine@*.service", "vllm-kimi-k25-int4.service")
     assert r.returncode == 0, r.stderr
     inside(info, "systemctl", "reset-failed")
+
+
+@contextlib.contextmanager
+def with_profiles(folder: Path, profiles: dict[str, dict[str, Any]]) -> Iterator[Api]:
+    """A sandbox with these fake-engine profiles beside the stock ones (name -> fake_engine_profile's
+    keywords: flavor, rate, spec, engine_args...), each loading in half a second; down at the end."""
+    models = folder / "models"
+    make_models(models)
+    for name, kw in profiles.items():
+        text = fake_engine_profile(name, port=free_port(), models=models, load_seconds=0.5, **kw)
+        (folder / f"{name}.toml").write_text(text)
+    info = sbx.up(load_seconds=0.5, profiles=folder, binds=(models,))
+    try:
+        yield Api(info)
+    finally:
+        sbx.down(info)

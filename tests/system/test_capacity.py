@@ -20,11 +20,8 @@ from xml.etree import ElementTree
 
 import pytest
 
-from k25_sandbox import sandbox as sbx
 from k25_sandbox.fake_stats import Draw
-from k25_sandbox.layout import fake_engine_profile, make_models
-from k25_sandbox.ports import free_port
-from tests.sandboxing import Api
+from tests.sandboxing import Api, with_profiles
 from tests.system.test_api_cli import _cli
 
 KNOWN_CAPACITY = 7.5
@@ -35,9 +32,6 @@ SEARCH = {"num_prompts": 30, "max_tokens": 16, "warmups": 1, "slo": "tpot_mean_m
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    folder = tmp_path_factory.mktemp("capacity-profiles")
-    models = folder / "models"
-    make_models(models)
     profiles: dict[str, dict[str, Any]] = {
         "batchy": {"rate": 50.0, "engine_args": ("--batch-knee", "4")},
         "queuey": {"rate": 50.0, "engine_args": ("--batch-knee", "4", "--max-running", "2")},
@@ -48,16 +42,11 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
             "engine_args": ("--batch-knee", "16", "--draft-cost", "0.1"),
         },
     }
-    for name, kw in profiles.items():
-        text = fake_engine_profile(
-            name, flavor="vllm", port=free_port(), models=models, load_seconds=0.5, **kw
-        )
-        (folder / f"{name}.toml").write_text(text)
-    info = sbx.up(load_seconds=0.5, profiles=folder, binds=(models,))
-    try:
-        yield Api(info)
-    finally:
-        sbx.down(info)
+    with with_profiles(
+        tmp_path_factory.mktemp("capacity-profiles"),
+        {n: kw | {"flavor": "vllm"} for n, kw in profiles.items()},
+    ) as api:
+        yield api
 
 
 def _steps_for(n: int, *, k: int, acceptance: float) -> int:

@@ -11,11 +11,8 @@ from typing import Any
 
 import pytest
 
-from k25_sandbox import sandbox as sbx
 from k25_sandbox.fake_stats import Draw
-from k25_sandbox.layout import fake_engine_profile, make_models
-from k25_sandbox.ports import free_port
-from tests.sandboxing import Api
+from tests.sandboxing import Api, with_profiles
 
 TOKENS = 32
 SPEC = {
@@ -30,26 +27,11 @@ ACCEPTANCE = {"code": 0.9, "chat": 0.1, "math": 0.1, "reasoning": 0.1}  # the fa
 
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    folder = tmp_path_factory.mktemp("acceptance-profiles")
-    models = folder / "models"
-    make_models(models)
-    for flavor in ("vllm", "sglang"):
-        text = fake_engine_profile(
-            f"topics-{flavor}",
-            flavor=flavor,
-            port=free_port(),
-            models=models,
-            load_seconds=0.5,
-            rate=400.0,
-            spec={"k": 3, "acceptance": 0.1},
-            engine_args=("--topic-acceptance", "code=0.9,chat=0.1", "--draft-cost", "0.1", "--draw-spread"),
-        )
-        (folder / f"topics-{flavor}.toml").write_text(text)
-    info = sbx.up(load_seconds=0.5, profiles=folder, binds=(models,))
-    try:
-        yield Api(info)
-    finally:
-        sbx.down(info)
+    drafter = {"rate": 400.0, "spec": {"k": 3, "acceptance": 0.1}}
+    args = ("--topic-acceptance", "code=0.9,chat=0.1", "--draft-cost", "0.1", "--draw-spread")
+    profiles = {f"topics-{f}": drafter | {"flavor": f, "engine_args": args} for f in ("vllm", "sglang")}
+    with with_profiles(tmp_path_factory.mktemp("acceptance-profiles"), profiles) as api:
+        yield api
 
 
 def _emitted(acceptance: float) -> float:

@@ -366,3 +366,18 @@ def test_the_fleet_interval_is_pooled_from_the_hosts_and_a_slower_host_is_named(
     without = fleet_verdict({"h1": host(1.3, 0.03) | {}, "h2": {"results": [{"profile": "baseline"},
                             {"profile": "eagle", "verdict": "faster", "speedup": 1.3}]}})["eagle"]  # fmt: skip
     assert without["outliers"] == []
+
+
+def test_the_modules_take_ansibles_own_url_options() -> None:
+    """Issue 54: the shared spec is Ansible's url_argument_spec (proxies, client certificates, ...) with
+    the daemon's URL as the default, plus ca_path, which the request hands to fetch_url."""
+    from ansible.module_utils.urls import url_argument_spec  # type: ignore[import-untyped]
+    from ansible_collections.k25.ctl.plugins.module_utils.k25_api import (  # type: ignore[import-not-found]
+        DEFAULT_URL,
+        k25_argument_spec,
+    )
+
+    spec = k25_argument_spec()
+    assert set(url_argument_spec()) <= set(spec)
+    assert spec["url"]["default"] == DEFAULT_URL
+    assert {"ca_path", "client_cert", "client_key", "use_proxy", "validate_certs", "timeout"} <= set(spec)

@@ -29,6 +29,9 @@ options:
     description: Verify the daemon's TLS certificate where I(url) is https.
     type: bool
     default: true
+  ca_path:
+    description: A CA certificate bundle to verify the daemon's TLS certificate with (I(url) https).
+    type: path
   reconnect_timeout:
     description:
       - While waiting on a run, seconds to keep asking a daemon that stopped answering (killed, restarted
@@ -38,4 +41,6 @@ options:
 notes:
   - Set these for every k25.ctl module at once with C(module_defaults) and the action group
     C(group/k25.ctl.k25).
+  - The modules also take Ansible's URL options (C(ansible.builtin.url)'s documentation fragment), which
+    the request goes through (fetch_url) as it does for Ansible's own modules.
 """

@@ -12,22 +12,26 @@ from http.client import HTTPException
 from urllib.parse import quote, urlencode
 
 from ansible.module_utils.common.text.converters import to_native
-from ansible.module_utils.urls import fetch_url
+from ansible.module_utils.urls import fetch_url, url_argument_spec
 
 DEFAULT_URL = "http://127.0.0.1:8025"
 DEFAULT_TOKEN_FILE = "/etc/k25-ctl/token"
 
 
 def k25_argument_spec():
-    """The options every k25.ctl module takes (set them once with module_defaults: group/k25.ctl.k25)."""
-    return dict(
+    """The options every k25.ctl module takes (set them once with module_defaults: group/k25.ctl.k25):
+    Ansible's own URL options (url_argument_spec: proxies, client certificates, validate_certs, ...) that
+    fetch_url reads, with the daemon's URL as the default, and ours."""
+    spec = url_argument_spec()
+    spec.update(
         url=dict(type="str", default=DEFAULT_URL),
         token_file=dict(type="path", default=DEFAULT_TOKEN_FILE),
         token=dict(type="str", no_log=True),
         timeout=dict(type="int", default=30),
-        validate_certs=dict(type="bool", default=True),
+        ca_path=dict(type="path"),
         reconnect_timeout=dict(type="int", default=120),
     )
+    return spec
 
 
 class K25Error(Exception):
@@ -81,6 +85,7 @@ class K25Api:
             headers=headers,
             method=method,
             timeout=timeout or self.module.params["timeout"],
+            ca_path=self.module.params.get("ca_path"),
         )
         status = info.get("status", -1)
         # On an HTTP error fetch_url has read the answer already: its body is in info.

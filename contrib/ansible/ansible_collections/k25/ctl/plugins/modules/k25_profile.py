@@ -20,6 +20,7 @@ author:
   - k25-ctl developers (@k25-ctl)
 extends_documentation_fragment:
   - k25.ctl.k25
+  - ansible.builtin.url
 options:
   name:
     description: The profile, as C(k25-ctl profiles) lists it.

@@ -19,6 +19,7 @@ author:
   - k25-ctl developers (@k25-ctl)
 extends_documentation_fragment:
   - k25.ctl.k25
+  - ansible.builtin.url
 options: {}
 """
 
