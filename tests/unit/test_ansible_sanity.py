@@ -72,3 +72,19 @@ def test_the_old_module_name_redirects_with_a_deprecation(tmp_path: Path) -> Non
     assert done.returncode == 0, done.stderr
     assert "k25.ctl.k25_status has been deprecated" in done.stderr
     assert "k25_status_info.py" in done.stdout
+
+
+def test_the_collection_passes_its_own_unit_tests() -> None:
+    """Issue 54: the collection carries its tests (tests/unit: module_utils and the filter), run by
+    `ansible-test units` in its own virtual environment, as a collection's CI runs them."""
+    done = subprocess.run(
+        [str(ANSIBLE_TEST), "units", "--venv", "--python", f"{sys.version_info.major}.{sys.version_info.minor}",
+         "--color", "no"],
+        cwd=COLLECTION, capture_output=True, text=True, timeout=600, check=False,
+        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(Path.home()), "LC_ALL": "C.UTF-8"},
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    print(out[-4000:])
+    assert done.returncode == 0, out[-4000:]
+    passed = [int(n) for n in re.findall(r"=+ (\d+) passed", out)]
+    assert sum(passed) >= 5, passed  # module_utils (3) and the controller's filter (2) both ran
