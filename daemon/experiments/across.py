@@ -139,7 +139,7 @@ def across_load(a: Sequence[BenchmarkView], b: Sequence[BenchmarkView]) -> list[
     if not a or not b:
         return []
     name = b[0].bench.profile
-    searched = [[capacity.of_run(v.spec, _levels(v)) for v in side] for side in (a, b)]
+    searched = [[capacity.of_run(v) for v in side] for side in (a, b)]
     if all(found is not None for side in searched for found in side):
         ca, cb = ([(f.capacity, f.lowest_missed) for f in side if f is not None] for side in searched)
         if any(x is None for x, _ in (*ca, *cb)):
@@ -156,7 +156,3 @@ def across_load(a: Sequence[BenchmarkView], b: Sequence[BenchmarkView]) -> list[
     levels = [level_ratio(x, fa, fb) for x, (fa, fb) in zip(loads, per, strict=True)]
     unit = "req/s" if by_rate else "concurrency"
     return [summary(name, unit, levels, crossover(levels))]
-
-
-def _levels(v: BenchmarkView) -> list[tuple[float | None, VllmSummary]]:
-    return [(lv.request_rate, s) for lv, s in zip(v.levels, v.summaries, strict=True)]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -27,6 +27,7 @@ from daemon.core.jsontypes import VllmSummary
 from daemon.measure.metrics import RequestRecord, percentile
 from daemon.measure.slo import Slo
 from daemon.measure.slo import parse as parse_slo
+from daemon.store.bench import BenchmarkView
 
 QUEUE_GROWTH = 2.0  # late requests' TTFT over early ones' that says the queue is growing
 KEEPING_UP = 0.9  # completions per second over arrivals per second below which the engine falls behind
@@ -254,11 +255,10 @@ def replay(cfg: CapacitySearch, slo: Slo, levels: Sequence[tuple[float | None, V
     return search.result()
 
 
-def of_run(
-    spec: Mapping[str, object] | None, levels: Sequence[tuple[float | None, VllmSummary]]
-) -> Capacity | None:
+def of_run(v: BenchmarkView) -> Capacity | None:
     """A stored benchmark's capacity search (None: it was not one, or measured nothing)."""
-    cfg = (spec or {}).get("capacity")
+    cfg = v.spec.get("capacity")
+    levels = [(lv.request_rate, s) for lv, s in zip(v.levels, v.summaries, strict=True)]
     if not isinstance(cfg, dict) or not levels or not levels[0][1].get("slo"):
         return None
     return replay(CapacitySearch.model_validate(cfg), parse_slo(str(levels[0][1]["slo"])), levels)

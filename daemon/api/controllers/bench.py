@@ -241,9 +241,7 @@ def bench_out(v: BenchmarkView, *, requests: bool) -> BenchmarkOut:
             for lv, summary in zip(v.levels, v.summaries, strict=True)
         ],
     }
-    found = capacity.of_run(
-        v.spec, [(lv.request_rate, s) for lv, s in zip(v.levels, v.summaries, strict=True)]
-    )
+    found = capacity.of_run(v)
     if found is not None:
         derived["capacity"] = CapacityOut.model_validate(dataclasses.asdict(found) | {"text": found.text()})
     return BenchmarkOut.model_validate(v.bench.model_dump() | _run_fields(v.run) | derived)
