@@ -30,14 +30,17 @@ TIERS = ("system", "gpu", "web", "realengine")  # a tier's folder marks its test
 # real-engine module, 7 tests and the longest, started after twenty short ones): the longest modules
 # first, then tier by tier, so that the short unit and api modules fill the end.
 ORDER = ("realengine", "system", "web", "api", "unit", "gpu")
-LONGEST = (  # seconds on a busy CI run, roughly: 450, 450, 200, then 60-150 each
-    "tests/realengine/test_real_vllm.py",
+LONGEST = (  # seconds on a CI run, roughly: 300, 260, 250, 225, 185, 175, then 85-140 each
     "tests/system/test_install.py",
-    "tests/system/test_fleet.py",
-    "tests/system/test_capture.py",
-    "tests/system/test_sweep.py",
+    "tests/realengine/test_real_vllm.py",
     "tests/system/test_park.py",
+    "tests/system/test_fleet.py",
+    "tests/system/test_bench.py",
+    "tests/system/test_park_wakes.py",
+    "tests/system/test_sweep.py",
+    "tests/system/test_capture.py",
     "tests/system/test_watch.py",
+    "tests/system/test_capacity.py",
 )
 
 

@@ -1,5 +1,6 @@
-"""The sandbox the parking tests share (tests/system/test_park.py) and their helpers: its profiles (faults of
-every kind, three that pin 1 MiB of weights each in a 2.5 MiB park budget) and what the tests ask of it."""
+"""The sandbox the parking tests share (tests/system/test_park.py and test_park_wakes.py, a sandbox each)
+and their helpers: its profiles (faults of every kind, three that pin 1 MiB of weights each in a 2.5 MiB
+park budget) and what the tests ask of it."""
 
 from __future__ import annotations
 
@@ -35,7 +36,7 @@ LORA = ("--enable-lora", "--lora-modules", "sql=/srv/lora/sql")  # one adapter, 
 
 @contextlib.contextmanager
 def park_host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    """A sandbox of its own with the parking tests' profiles (tests/system/test_park.py)."""
+    """A sandbox of its own with the parking tests' profiles (tests/system/test_park.py, test_park_wakes.py)."""
     extra, models = tmp_path_factory.mktemp("park-profiles"), tmp_path_factory.mktemp("park-models")
     make_models(models)
 

@@ -1,17 +1,22 @@
 """`ansible-playbook` (ansible-core from the dev extras) with the k25.ctl collection of this checkout, for
-the system tests that drive hosts through it; its PLAY RECAP read back per host."""
+the system tests that drive hosts through it; its PLAY RECAP read back per host. `ansible-test` on the
+collection, as a collection's CI runs it."""
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from tests.conftest import ROOT
 
 PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
+COLLECTION = ROOT / "contrib/ansible/ansible_collections/k25/ctl"
 
 
 @dataclass
@@ -58,3 +63,35 @@ def installed(where: Path) -> Path:
     subprocess.run([str(galaxy), "collection", "install", str(artifact), "-p", str(path)],
                    capture_output=True, text=True, env=env, timeout=120, check=True)  # fmt: skip
     return path
+
+
+def _stand_in_for_get_pip() -> None:
+    """ansible-test puts pip into each virtual environment it makes with get-pip.py, fetched from a host this
+    network cannot reach (the package index is reachable): scripts/ansible/get_pip.py stands in for it, in
+    the cache ansible-test looks in first. Written whole then renamed: workers may do this side by side."""
+    import ansible_test  # type: ignore[import-untyped]
+
+    source = (Path(ansible_test.__file__).parent / "_internal/python_requirements.py").read_text()
+    found = re.search(r"pip='([0-9.]+)'", source)
+    assert found is not None, "ansible-test's pip version: not where it was"
+    cache = Path.home() / ".ansible/test/cache" / f"get_pip_{found.group(1).replace('.', '_')}.py"
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=cache.parent, suffix=".tmp")
+    os.close(fd)
+    shutil.copyfile(ROOT / "scripts/ansible/get_pip.py", tmp)
+    Path(tmp).replace(cache)
+
+
+def ansible_test(*args: str, tail: int = 6000) -> str:
+    """`ansible-test ARGS --python X.Y` in the collection's folder; asserts it passed and returns its output."""
+    _stand_in_for_get_pip()
+    python = f"{sys.version_info.major}.{sys.version_info.minor}"
+    done = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible-test"), *args, "--python", python, "--color", "no"],
+        cwd=COLLECTION, capture_output=True, text=True, timeout=600, check=False,
+        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(Path.home()), "LC_ALL": "C.UTF-8"},
+    )  # fmt: skip
+    out = done.stdout + done.stderr
+    print(out[-tail:])
+    assert done.returncode == 0, out[-tail:]
+    return out

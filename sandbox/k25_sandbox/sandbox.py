@@ -117,16 +117,26 @@ HOST_TRACES = (
 )
 
 
+def _whiteouts(root: Path, tree: str) -> str:
+    """The host's k25-ctl traces under `tree`, hidden by overlayfs whiteouts (a 0/0 character device in the
+    upper layer) made before the mount: deleting them through the overlay instead raced the host's own
+    writes there (the realengine tier's cache, in use by a test beside it: `rm: Directory not empty`)."""
+    upper = root / "overlay" / tree / "upper"
+    top = Path(f"/{tree}")
+    hidden = [upper / Path(t).relative_to(top) for t in HOST_TRACES if Path(t).is_relative_to(top)]
+    return "".join(f'mkdir -p "{h.parent}"\nmknod "{h}" c 0 0\n' for h in hidden)
+
+
 def _host_mounts(root: Path) -> str:
     lines = []
     for tree in PRIVATE_TREES:
         upper, work = root / "overlay" / tree / "upper", root / "overlay" / tree / "work"
         lines.append(
             f'mkdir -p "{upper}" "{work}"\n'
-            f'mount -t overlay overlay -o lowerdir=/{tree},upperdir="{upper}",workdir="{work}" /{tree}\n'
+            + _whiteouts(root, tree)
+            + f'mount -t overlay overlay -o lowerdir=/{tree},upperdir="{upper}",workdir="{work}" /{tree}\n'
         )
     lines.append("mount -t tmpfs tmpfs /etc/systemd/system\n")
-    lines.append(f"rm -rf {' '.join(HOST_TRACES)}\n")
     return "".join(lines)
 
 

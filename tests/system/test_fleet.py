@@ -11,7 +11,6 @@ import functools
 import json
 import re
 import shutil
-import subprocess
 import sys
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -24,8 +23,7 @@ import pytest
 from k25_sandbox import sandbox as sbx
 from k25_sandbox.balancer import Host, Load, haproxy
 from k25_sandbox.ports import free_port
-from tests.conftest import ROOT
-from tests.playbooks import Played, installed
+from tests.playbooks import COLLECTION, Played, ansible_test, installed
 from tests.playbooks import play as playbook
 from tests.prometheus import prometheus, query
 from tests.sandboxing import Api, kill_daemon
@@ -345,20 +343,11 @@ def test_the_collections_integration_targets_pass_against_a_sandboxed_host(fleet
     `ansible-test integration` as a collection's CI runs them, against host 1's sandboxed daemon (docker-
     less: the modules run on the controller and call the daemon on loopback)."""
     h1 = fleet[0]
-    collection = ROOT / "contrib/ansible/ansible_collections/k25/ctl"
-    config = collection / "tests/integration/integration_config.yml"
+    config = COLLECTION / "tests/integration/integration_config.yml"
     config.write_text(f"k25_url: {h1.info.url}\nk25_token_file: {h1.info.token_file}\n")
     try:
-        done = subprocess.run(
-            [str(Path(sys.executable).parent / "ansible-test"), "integration", "--venv", "--python",
-             f"{sys.version_info.major}.{sys.version_info.minor}", "--color", "no"],
-            cwd=collection, capture_output=True, text=True, timeout=600, check=False,
-            env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(Path.home()), "LC_ALL": "C.UTF-8"},
-        )  # fmt: skip
+        out = ansible_test("integration", "--venv")
     finally:
         config.unlink()
-    out = done.stdout + done.stderr
-    print(out[-6000:])
-    assert done.returncode == 0, out[-6000:]
     ran = set(re.findall(r"Running (k25_\w+) integration test role", out))
     assert ran == {"k25_status_info", "k25_profile", "k25_benchmark", "k25_experiment"}, ran

@@ -1,44 +1,21 @@
 """`ansible-test sanity` on the k25.ctl collection (contrib/ansible/ansible_collections/k25/ctl), as a
 collection's CI runs it: documentation against argument specs, imports, pylint, pep8, yamllint, licences,
 shebangs and the rest. ansible-test makes one virtual environment per test (cached under
-~/.ansible/test, outside the repository) and fetches get-pip.py from a host this network cannot reach:
-scripts/ansible/get_pip.py stands in for it."""
+~/.ansible/test, outside the repository); tests/playbooks.ansible_test runs it."""
 
 from __future__ import annotations
 
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from tests.conftest import ROOT
-
-COLLECTION = ROOT / "contrib/ansible/ansible_collections/k25/ctl"
-ANSIBLE_TEST = Path(sys.executable).parent / "ansible-test"
-
-
-def _stand_in_for_get_pip() -> None:
-    import ansible_test  # type: ignore[import-untyped]
-
-    source = (Path(ansible_test.__file__).parent / "_internal/python_requirements.py").read_text()
-    found = re.search(r"pip='([0-9.]+)'", source)
-    assert found is not None, "ansible-test's pip version: not where it was"
-    cache = Path.home() / ".ansible/test/cache" / f"get_pip_{found.group(1).replace('.', '_')}.py"
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    shutil.copyfile(ROOT / "scripts/ansible/get_pip.py", cache)
+from tests.playbooks import COLLECTION, ansible_test
 
 
 def test_the_collection_passes_ansible_test_sanity() -> None:
-    _stand_in_for_get_pip()
-    done = subprocess.run(
-        [str(ANSIBLE_TEST), "sanity", "--python", f"{sys.version_info.major}.{sys.version_info.minor}",
-         "--color", "no"],
-        cwd=COLLECTION, capture_output=True, text=True, timeout=600, check=False,
-    )  # fmt: skip
-    out = done.stdout + done.stderr
-    print(out[-8000:])
-    assert done.returncode == 0, out[-8000:]
+    out = ansible_test("sanity", tail=8000)
     ran = re.findall(r'Running sanity test "([\w-]+)"', out)
     # The tests that read the modules' code and documentation ran (none skipped for a missing tool).
     assert {"validate-modules", "import", "pylint", "pep8", "yamllint", "ansible-doc", "compile"} <= set(
@@ -77,14 +54,6 @@ def test_the_old_module_name_redirects_with_a_deprecation(tmp_path: Path) -> Non
 def test_the_collection_passes_its_own_unit_tests() -> None:
     """Issue 54: the collection carries its tests (tests/unit: module_utils and the filter), run by
     `ansible-test units` in its own virtual environment, as a collection's CI runs them."""
-    done = subprocess.run(
-        [str(ANSIBLE_TEST), "units", "--venv", "--python", f"{sys.version_info.major}.{sys.version_info.minor}",
-         "--color", "no"],
-        cwd=COLLECTION, capture_output=True, text=True, timeout=600, check=False,
-        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(Path.home()), "LC_ALL": "C.UTF-8"},
-    )  # fmt: skip
-    out = done.stdout + done.stderr
-    print(out[-4000:])
-    assert done.returncode == 0, out[-4000:]
+    out = ansible_test("units", "--venv", tail=4000)
     passed = [int(n) for n in re.findall(r"=+ (\d+) passed", out)]
     assert sum(passed) >= 5, passed  # module_utils (3) and the controller's filter (2) both ran
