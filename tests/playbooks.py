@@ -19,6 +19,12 @@ PLAYBOOK = Path(sys.executable).parent / "ansible-playbook"
 COLLECTION = ROOT / "contrib/ansible/ansible_collections/k25/ctl"
 
 
+def tool_env(home: Path) -> dict[str, str]:
+    """The environment the Ansible tools of the venv run in: `home` for their own files, a UTF-8 locale
+    (ansible-core refuses any other locale encoding)."""
+    return {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(home), "LC_ALL": "C.UTF-8"}
+
+
 @dataclass
 class Played:
     rc: int
@@ -53,7 +59,7 @@ def installed(where: Path) -> Path:
     """The collection as a user gets it: `ansible-galaxy collection build` of this checkout's, then
     `ansible-galaxy collection install` of the artifact into `where`; returns the collections path."""
     galaxy = Path(sys.executable).parent / "ansible-galaxy"
-    env = {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(where), "LC_ALL": "C.UTF-8"}
+    env = tool_env(where)
     source = ROOT / "contrib/ansible/ansible_collections/k25/ctl"
     built = subprocess.run([str(galaxy), "collection", "build", str(source), "--output-path", str(where)],
                            capture_output=True, text=True, env=env, timeout=120, check=True)  # fmt: skip
@@ -89,7 +95,7 @@ def ansible_test(*args: str, tail: int = 6000) -> str:
     done = subprocess.run(
         [str(Path(sys.executable).parent / "ansible-test"), *args, "--python", python, "--color", "no"],
         cwd=COLLECTION, capture_output=True, text=True, timeout=600, check=False,
-        env={"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(Path.home()), "LC_ALL": "C.UTF-8"},
+        env=tool_env(Path.home()),
     )  # fmt: skip
     out = done.stdout + done.stderr
     print(out[-tail:])

@@ -11,7 +11,7 @@ import sys
 from pathlib import Path
 
 from tests.conftest import ROOT
-from tests.playbooks import COLLECTION, ansible_test
+from tests.playbooks import COLLECTION, ansible_test, tool_env
 
 
 def test_the_collection_passes_ansible_test_sanity() -> None:
@@ -24,8 +24,7 @@ def test_the_collection_passes_ansible_test_sanity() -> None:
 
 
 def _tool_env(home: Path) -> dict[str, str]:
-    return {"PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin", "HOME": str(home), "LC_ALL": "C.UTF-8",
-            "ANSIBLE_COLLECTIONS_PATH": str(ROOT / "contrib/ansible")}  # fmt: skip
+    return tool_env(home) | {"ANSIBLE_COLLECTIONS_PATH": str(ROOT / "contrib/ansible")}
 
 
 def test_the_changelog_is_kept_with_antsibull_changelog(tmp_path: Path) -> None:
