@@ -18,6 +18,8 @@ command -v haproxy >/dev/null || need+=(haproxy)
 command -v nginx >/dev/null || need+=(nginx)
 # Prometheus for the dashboard's test (a real one scrapes a sandbox) and promtool for the alert rules' tests.
 command -v promtool >/dev/null || need+=(prometheus)
+# An ssh client: the fleet test's unreachable host is one Ansible cannot reach over ssh.
+command -v ssh >/dev/null || need+=(openssh-client)
 if [ ${#need[@]} -gt 0 ]; then
   export DEBIAN_FRONTEND=noninteractive
   # Installing must not start services (haproxy, nginx, prometheus) here: a policy-rc.d says no, unless
