@@ -41,6 +41,17 @@ def test_the_changelog_is_kept_with_antsibull_changelog(tmp_path: Path) -> None:
     assert f"v{version.group(1)}\n" in (COLLECTION / "CHANGELOG.rst").read_text()  # this version's notes
 
 
+def test_the_collection_docs_pass_antsibull_docs_lint(tmp_path: Path) -> None:
+    """Issue 54: `antsibull-docs lint-collection-docs --plugin-docs`, as the Ansible docsite checks a collection:
+    the plugins' and roles' documentation renders, its markup is valid and its references (M(), O(), ...)
+    name modules and options that exist."""
+    tool = Path(sys.executable).parent / "antsibull-docs"
+    done = subprocess.run([str(tool), "lint-collection-docs", "--plugin-docs", "."], cwd=COLLECTION,
+                          capture_output=True, text=True, env=_tool_env(tmp_path), timeout=300, check=False)  # fmt: skip
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert done.stdout.strip() == "", done.stdout  # a finding is a line here
+
+
 def test_the_old_module_name_redirects_with_a_deprecation(tmp_path: Path) -> None:
     """k25_status is k25_status_info now (read-only modules that return data are *_info)."""
     done = subprocess.run([str(Path(sys.executable).parent / "ansible-doc"), "k25.ctl.k25_status"],
