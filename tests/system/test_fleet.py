@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -20,7 +19,7 @@ import pytest
 
 from k25_sandbox.balancer import Host, Load, haproxy
 from k25_sandbox.ports import free_port
-from tests.fleet import GATE, Member, booted, host_line, inventory, play, rate_of, with_option
+from tests.fleet import GATE, Member, play, rate_of, with_option
 from tests.playbooks import COLLECTION, ansible_test
 from tests.prometheus import prometheus, query
 from tests.waiting import eventually_sync
@@ -29,16 +28,6 @@ pytestmark = pytest.mark.skipif(
     shutil.which("haproxy") is None, reason="haproxy: scripts/setup.sh installs it"
 )
 RELATIVE = {"concurrency": [4], "num_prompts": 24, "max_tokens": 64, "warmups": 0}  # ~4.7 s at 82.5 tok/s
-
-
-@pytest.fixture(scope="module")
-def fleet() -> Iterator[list[Member]]:
-    yield from booted(3)
-
-
-@pytest.fixture(scope="module")
-def hosts(fleet: list[Member], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return inventory(tmp_path_factory.mktemp("inventory"), [host_line(m) for m in fleet])
 
 
 def test_a_rollout_moves_one_host_at_a_time_and_no_client_notices(fleet: list[Member], hosts: Path) -> None:

@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -18,7 +17,7 @@ import pytest
 
 from k25_sandbox.balancer import Host, Load, haproxy
 from k25_sandbox.ports import free_port
-from tests.fleet import SPEC, Member, booted, host_line, inventory, play, rate_of, with_option
+from tests.fleet import SPEC, Member, host_line, play, rate_of, with_option
 from tests.sandboxing import kill_daemon
 from tests.waiting import eventually_sync
 
@@ -26,16 +25,6 @@ pytestmark = pytest.mark.skipif(
     shutil.which("haproxy") is None, reason="haproxy: scripts/setup.sh installs it"
 )
 TARGET = "vllm-eagle3"
-
-
-@pytest.fixture(scope="module")
-def fleet() -> Iterator[list[Member]]:
-    yield from booted(3)
-
-
-@pytest.fixture(scope="module")
-def hosts(fleet: list[Member], tmp_path_factory: pytest.TempPathFactory) -> Path:
-    return inventory(tmp_path_factory.mktemp("inventory"), [host_line(m) for m in fleet])
 
 
 def _summary(out: str) -> dict[str, str]:
