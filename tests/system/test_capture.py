@@ -46,7 +46,7 @@ CHAT = [
 # captured traffic (five in six) 1.55x. Either verdict holds while a stall of this busy machine (a real
 # vLLM starting beside the test) takes up to ~25% of one profile's benchmark. The drafter before (0.7 on
 # code, 0.1 on chat, a draft cost of 0.3: 1.24x and 0.78x) lost its "faster" to a stall of ~15% in CI.
-SPEC = {"concurrency": [8], "num_prompts": 96, "max_tokens": 64, "warmups": 1}
+SPEC = {"concurrency": [8], "max_tokens": 64, "warmups": 1}
 
 
 @pytest.fixture(scope="module")
@@ -116,8 +116,9 @@ def _cli(info: sbx.SandboxInfo, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([K25, *args], capture_output=True, text=True, timeout=120, env=env)
 
 
-def _experiment(api: Api, dataset: str) -> dict[str, Any]:
-    body = {"profiles": ["baseline", "eagle-topics"], "benchmark": SPEC | {"dataset": dataset}}
+def _experiment(api: Api, dataset: str, prompts: int = 96) -> dict[str, Any]:
+    spec = SPEC | {"dataset": dataset, "num_prompts": prompts}
+    body = {"profiles": ["baseline", "eagle-topics"], "benchmark": spec}
     r = api.client.post("/experiments", json=body)
     assert r.status_code == 202, r.text
     run = api.wait_run(r.json()["run_id"], within_s=240)
@@ -170,7 +171,9 @@ def test_captured_traffic_flips_the_verdict(host: tuple[sbx.SandboxInfo, int], t
     assert set(made.json()["categories"]) == {"code", "chat"}
 
     builtin = _experiment(api, "builtin")
-    captured = _experiment(api, "prod")
+    # The whole captured set, every chat request in it (25 expected of the ~150 kept): its first 96 held
+    # fewer than the 10 a category needs on each side in about one run of 25 ("too few requests" in CI).
+    captured = _experiment(api, "prod", prompts=counts["kept"])
     print(
         {
             n: (r["speedup"], r["verdict"], r["per_category"])
