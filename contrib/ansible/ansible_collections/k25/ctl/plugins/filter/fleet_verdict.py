@@ -4,8 +4,10 @@
 between hosts, so hosts are never compared with each other; each host judged its profiles against its own
 baseline, and the fleet's verdict is what those within-host verdicts agree on. Where the hosts give their
 intervals, they are pooled into one fleet interval (a random-effects mean of the log ratios, DerSimonian
-and Laird 1986: the hosts may truly differ), and a host whose ratio differs from the pool of the others
-beyond both uncertainties is named as an outlier."""
+and Laird 1986: the hosts may truly differ), and a host whose ratio lies outside where the others predict a
+host's would fall is named as an outlier (its studentized deleted residual, Viechtbauer and Cheung 2010:
+its own uncertainty, the others' pooled mean's, and the spread between the others, which a host's one
+benchmark does not see: a stall that moved one healthy host's ratio must not make a third host look odd)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,8 @@ description:
     hosts disagree (the hosts are named), and C(no difference detected) when none found one.
   - With each host's 99% interval of the ratio (C(interval)), the fleet's ratio and interval pooled from
     them (C(fleet_ratio), C(fleet_interval)), and the hosts that disagree with the others beyond their own
-    and the others' uncertainty (C(outliers)).
+    uncertainty, the others' and the spread between the others (C(outliers)). With three hosts, a host is
+    named only where the other two agree with each other better than with it.
 positional: _input
 options:
   _input:
@@ -90,7 +93,8 @@ def _log_interval(row):
 
 
 def _random_effects(found):
-    """DerSimonian-Laird: the pooled log ratio and its standard error over (log ratio, se) pairs."""
+    """DerSimonian-Laird: the pooled log ratio, its standard error and the between-host variance (tau²)
+    over (log ratio, se) pairs."""
     logs = [x for x, se in found]
     ses = [se for x, se in found]
     w = [1 / se**2 for se in ses]
@@ -100,21 +104,22 @@ def _random_effects(found):
     tau2 = max(0.0, (q - (len(found) - 1)) / c) if c > 0 else 0.0
     w_star = [1 / (se**2 + tau2) for se in ses]
     mean = sum(wi * x for wi, x in zip(w_star, logs, strict=True)) / sum(w_star)
-    return mean, math.sqrt(1 / sum(w_star))
+    return mean, math.sqrt(1 / sum(w_star)), tau2
 
 
 def _pooled(by_host):
     """The fleet's ratio and 99% interval from the hosts' own, and each host that disagrees with the pool
-    of the others (|difference| > 2.576 x the combined standard error: the host's and the others')."""
+    of the others: |difference| > 2.576 x the standard deviation of a host's ratio as the others predict
+    it (the host's own se², the others' pooled mean's se² and the others' between-host variance)."""
     if not by_host:
         return dict(fleet_ratio=None, fleet_interval=None, outliers=[])
-    mean, se = _random_effects(list(by_host.values()))
+    mean, se, _tau2 = _random_effects(list(by_host.values()))
     outliers = []
     if len(by_host) >= 3:
         for host, (x, se_h) in sorted(by_host.items()):
             others = [v for h, v in by_host.items() if h != host]
-            m_o, se_o = _random_effects(others)
-            if abs(x - m_o) > Z99 * math.sqrt(se_h**2 + se_o**2):
+            m_o, se_o, tau2_o = _random_effects(others)
+            if abs(x - m_o) > Z99 * math.sqrt(se_h**2 + se_o**2 + tau2_o):
                 outliers.append(dict(host=host, ratio=math.exp(x), others=math.exp(m_o)))
     return dict(
         fleet_ratio=math.exp(mean),

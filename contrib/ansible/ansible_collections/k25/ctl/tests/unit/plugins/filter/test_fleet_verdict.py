@@ -29,3 +29,11 @@ def test_a_host_planted_ten_percent_slower_is_named():
     assert [o["host"] for o in got["outliers"]] == ["c"]
     low, high = got["fleet_interval"]
     assert low < got["fleet_ratio"] < high
+
+
+def test_no_host_is_named_where_the_others_disagree_with_each_other():
+    # A stall moved healthy a's one benchmark 6% down: c, 10% below b, is within where a and b predict a host.
+    seen = {"a": _host("faster", 2.49, 0.04), "b": _host("faster", 2.65, 0.006)}
+    got = fleet_verdict(seen | {"c": _host("faster", 2.35, 0.025)})["eagle"]
+    assert got["outliers"] == []
+    assert "disagrees" not in got["text"]
