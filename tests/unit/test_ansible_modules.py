@@ -364,10 +364,6 @@ def test_the_fleet_interval_is_pooled_from_the_hosts_and_a_slower_host_is_named(
     a_low, a_high = agree["fleet_interval"]
     assert abs(math.log(a_high / a_low) / 2 - Z99 * se) < 0.002
     assert "fleet 1.30x [" in agree["text"]
-    # A stall moved healthy h1's one benchmark 6% (a fresh-clone CI run read these): h2 is not named
-    # because h1 and h3 disagree with each other; h3, 10% below h2 and inside h1's drift, is not either.
-    seen = {"h1": host(2.49, math.log(2.62 / 2.41) / 2), "h2": host(2.65, 0.006), "h3": host(2.35, 0.025)}
-    assert fleet_verdict(seen)["eagle"]["outliers"] == []
     without = fleet_verdict({"h1": host(1.3, 0.03) | {}, "h2": {"results": [{"profile": "baseline"},
                             {"profile": "eagle", "verdict": "faster", "speedup": 1.3}]}})["eagle"]  # fmt: skip
     assert without["outliers"] == []
