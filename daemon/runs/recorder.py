@@ -1,6 +1,6 @@
 """The one writer of a run's progress. Each step goes, in this order, to the database (event row and the
 run's phase), the in-memory host status, the run's SSE followers and the log, so that none of them can
-disagree with another."""
+disagree with another; a run's end settles the host first (`finish` says why)."""
 
 from __future__ import annotations
 
@@ -105,15 +105,18 @@ class RunRecorder:
         rollback_run_id: int | None = None,
         detail: str | None = None,
     ) -> None:
-        """`error` is kept on the run; `detail` (a normal end's why) goes only to its final event."""
+        """`error` is kept on the run; `detail` (a normal end's why) goes only to its final event. The host
+        settles before the end is written: clients wait on the run's record and then read the host (the
+        CLI, the collection), so a run that reads ended must find the host no longer switching; written
+        first, a loaded daemon once answered `switching` after the run read `cancelled`."""
+        if host is not None:
+            self.settle(host)
         stored = await self.held.write(
             f"run {run_id} end ({outcome})",
             lambda: self.store.finish_run(
                 run_id=run_id, outcome=outcome, error=error, load_seconds=load_seconds, detail=detail
             ),
         )
-        if host is not None:
-            self.settle(host)
         event = RunEventJson(
             id=stored or 0,
             phase=outcome.phase,
