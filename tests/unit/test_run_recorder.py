@@ -16,16 +16,22 @@ from daemon.runs.recorder import HostAfter, RunRecorder
 from daemon.store.queries import Store
 
 
+async def _switching(tmp_path: Path, active: str, target: str) -> tuple[RunRecorder, int]:
+    """A recorder on a fresh database, the host active on `active` and switching to `target` in a run."""
+    hub = StateHub()
+    recorder = RunRecorder(await asyncio.to_thread(Store.open, tmp_path / "k25.db"), hub)
+    hub.settle(HostState.ACTIVE, active, None)
+    run_id = await recorder.create(NewRun(RunKind.SWITCH, target, active))
+    recorder.begin(run_id, target)
+    assert hub.status.state is HostState.SWITCHING
+    return recorder, run_id
+
+
 async def test_the_host_is_settled_before_the_runs_end_is_written(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    hub = StateHub()
-    store = await asyncio.to_thread(Store.open, tmp_path / "k25.db")
-    recorder = RunRecorder(store, hub)
-    hub.settle(HostState.ACTIVE, "endless", None)
-    run_id = await recorder.create(NewRun(RunKind.SWITCH, "baseline", "endless"))
-    recorder.begin(run_id, "baseline")
-    assert hub.status.state is HostState.SWITCHING
+    recorder, run_id = await _switching(tmp_path, "endless", "baseline")
+    hub, store = recorder.hub, recorder.store
 
     seen: list[tuple[HostState, int | None, str | None]] = []
     write = store.finish_run
@@ -46,9 +52,7 @@ async def test_the_host_is_settled_before_the_runs_end_is_written(
 
 async def test_an_end_that_another_run_carries_on_leaves_the_host_switching(tmp_path: Path) -> None:
     """A failed switch ends with its rollback named (no HostAfter): the host stays switching."""
-    hub = StateHub()
-    recorder = RunRecorder(await asyncio.to_thread(Store.open, tmp_path / "k25.db"), hub)
-    run_id = await recorder.create(NewRun(RunKind.SWITCH, "brittle", "baseline"))
-    recorder.begin(run_id, "brittle")
+    recorder, run_id = await _switching(tmp_path, "baseline", "brittle")
+    hub = recorder.hub
     await recorder.finish(run_id, Outcome.FAILED, error="crashed while loading", rollback_run_id=run_id + 1)
     assert (hub.status.state, hub.status.run_id) == (HostState.SWITCHING, run_id)
