@@ -11,7 +11,7 @@ from daemon.api.schemas import AgreementOut, Out, SafeArgv, SafeOptionalText, Sa
 from daemon.core.jsontypes import RequestRow, StoredJson, VllmSummary
 from daemon.core.profiles import NAME_RE
 from daemon.experiments.compare import Row
-from daemon.experiments.verdict import Verdict
+from daemon.experiments.verdict_types import Verdict
 
 
 class ProvenanceOut(Out):
@@ -174,7 +174,7 @@ class CompareOut(BaseModel):
     prompt_hash: str | None
     gpu_key: str | None
     metric: str
-    rows: list[Row]  # the comparison's own rows (benchmark/compare.py)
+    rows: list[Row]  # the comparison's own rows (experiments/compare.py)
     notes: list[str]
     answers: list[AgreementOut] = []  # each profile's known answer against the baseline's
 

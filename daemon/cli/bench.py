@@ -79,6 +79,7 @@ def spec(args: argparse.Namespace) -> ApiJson:
         out["acceptance_by_category"] = True
     if args.capacity:
         search = {"start_rate": args.start_rate, "factor": args.factor, "resolution": args.resolution}
+        search |= {"extend": args.extend}
         out["capacity"] = search | ({"max_rate": args.max_rate} if args.max_rate else {})
     return out
 
@@ -214,6 +215,12 @@ def _load_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--factor", type=float, default=2.0, help="--capacity: each bracketing step's factor")
     p.add_argument("--resolution", type=float, default=0.1, help="--capacity: the bracket's width (0.1)")
     p.add_argument("--max-rate", type=float, help="--capacity: never step above this rate")
+    p.add_argument(
+        "--extend",
+        type=float,
+        default=4.0,
+        help="--capacity: an undecided step measures up to this many times --requests (4)",
+    )
     p.add_argument("--prompts", type=Path, help='your JSONL: one {"prompt": ...} per line')
     p.add_argument("--wait", action="store_true", help="follow it with progress bars (exit 0 ok, 3 not)")
 

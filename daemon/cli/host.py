@@ -25,12 +25,18 @@ def _rates_text(r: costs.HostRates) -> str:
         if r.measured_at
         else "defaults (k25-ctl host calibrate)"
     )
+
+    def at(key: str) -> str:  # the median, and the range over the calibration's repeats
+        low, high = r.ranges.get(key, (None, None))
+        spread = f" [{low:.1f}-{high:.1f}]" if low is not None and high is not None else ""
+        return f"{getattr(r, key):.1f}{spread}"
+
     return (
-        f"rates    {when}, GiB/s\n"
-        f"pin      one process {r.pin_process:.1f}, all at once {r.pin_host:.1f} (default allocator); "
-        f"{r.pin_process_registered:.1f} / {r.pin_host_registered:.1f} registered\n"
-        f"copy     GPU->host {r.device_to_host:.1f}, host->GPU {r.host_to_device:.1f} (per GPU)\n"
-        f"reload   page cache {r.page_cache:.1f} (per GPU), cold disk {r.disk:.1f}"
+        f"rates    {when}, GiB/s (median [lowest-highest] of the repeats)\n"
+        f"pin      one process {at('pin_process')}, all at once {at('pin_host')} (default allocator); "
+        f"{at('pin_process_registered')} / {at('pin_host_registered')} registered\n"
+        f"copy     GPU->host {at('device_to_host')}, host->GPU {at('host_to_device')} (per GPU)\n"
+        f"reload   page cache {at('page_cache')} (per GPU), cold disk {at('disk')}"
     )
 
 
@@ -86,8 +92,9 @@ def calibrate(args: argparse.Namespace) -> int:
         threads=threads,
         file=args.file,
         timeout_s=args.timeout,
+        repeats=args.repeats,
     )
-    r = rates.save(s.state_dir, measured, python=python)
+    r = rates.save(s.state_dir, measured.rates, python=python, ranges=measured.ranges)
     print(json.dumps(r.as_json(), indent=2) if args.json else _rates_text(r))
     return EXIT_OK
 
@@ -106,6 +113,7 @@ def add_host_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) 
     )
     on_disk = Path("/var/tmp/k25-calibrate.bin")  # noqa: S108 - on disk, not tmpfs: a cold read
     c.add_argument("--file", type=Path, default=on_disk, help="a file on disk")
-    c.add_argument("--timeout", type=float, default=600.0)
+    c.add_argument("--repeats", type=int, default=3, help="each rate measured this many times (its range)")
+    c.add_argument("--timeout", type=float, default=1800.0)
     c.add_argument("--json", action="store_true")
     c.set_defaults(func=calibrate)

@@ -1,7 +1,8 @@
-"""The Pareto view of a comparison (issue 53): per profile, a latency against throughput (or goodput) over
-its load levels, as a table in the terminal and, with `--plot FILE.svg|.png`, a chart drawn by matplotlib
-(the optional `plot` extra: pip install 'k25-ctl[plot]'). A level is Pareto-optimal when no level of any
-profile has both more throughput and less latency: those are starred."""
+"""The Pareto view of a comparison (which profile serves more within a latency SLO): per profile, a latency
+against throughput (or goodput) over its load levels, as a table in the terminal and, with `--plot
+FILE.svg|.png`, a chart drawn by matplotlib (the optional `plot` extra: pip install 'k25-ctl[plot]'). A level
+is Pareto-optimal when no level of any profile has both more throughput and less latency: those are
+starred."""
 
 from __future__ import annotations
 

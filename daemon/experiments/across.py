@@ -1,6 +1,6 @@
-"""Two profiles across load (issue 53), pure: each level's ratio of B over A with its interval from the
-rounds, the load at which B stops paying (the crossover) with its uncertainty, and the capacity ratio
-under an SLO.
+"""Two profiles across load (which serves more at which load), pure: each level's ratio of B over A with its
+interval from the rounds, the load at which B stops paying (the crossover) with its uncertainty, and the
+capacity ratio under an SLO.
 
 A level's ratio is the ratio of the geometric means of the two profiles' round figures, its 99% interval
 Welch's t on their logs (as stats.py judges rounds). The crossover is estimated from the per-level ratios,

@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING
 
 from daemon.core.jsontypes import StoredJson, VllmSummary
 from daemon.core.run_types import Outcome
-from daemon.experiments.judge import ASSUMED_NOISE, noise_band
-from daemon.experiments.verdict import Judged, Verdict
+from daemon.experiments.metric_judge import ASSUMED_NOISE, noise_band
+from daemon.experiments.verdict_types import Judged, Verdict
 
 if TYPE_CHECKING:
     from daemon.store.bench import BenchmarkView

@@ -1,12 +1,12 @@
-"""Early stop for interleaved rounds (issue 53, `--until-decided`), pure: a group-sequential test. After
-each round from the second, every judged metric's rounds are tested (Welch's t on the log of the two sides'
-round figures, as stats.py judges rounds) at the level that an O'Brien-Fleming-type alpha-spending function
-releases at that look (Lan & DeMets 1983, "Discrete sequential boundaries for clinical trials",
-Biometrika 70:659-663; O'Brien & Fleming 1979): alpha(t) = 2 - 2 Phi(z_(1 - ALPHA/2) / sqrt(t)), t the
-share of the planned rounds done. The increments are spent as Bonferroni would (each look at its own
-increment), which keeps the error over all looks at or under ALPHA however many looks there are; the
-spending keeps early looks strict, so a difference is stopped for early only when it is plain. An
-experiment stops when every metric is decided, or at the planned rounds."""
+"""Early stop for interleaved rounds (`--until-decided`: an experiment that stops once decided), pure: a
+group-sequential test. After each round from the second, every judged metric's rounds are tested (Welch's t on
+the log of the two sides' round figures, as stats.py judges rounds) at the level that an O'Brien-Fleming-type
+alpha-spending function releases at that look (Lan & DeMets 1983, "Discrete sequential boundaries for clinical
+trials", Biometrika 70:659-663; O'Brien & Fleming 1979): alpha(t) = 2 - 2 Phi(z_(1 - ALPHA/2) / sqrt(t)), t
+the share of the planned rounds done. The increments are spent as Bonferroni would (each look at its own
+increment), which keeps the error over all looks at or under ALPHA however many looks there are; the spending
+keeps early looks strict, so a difference is stopped for early only when it is plain. An experiment stops when
+every metric is decided, or at the planned rounds."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 
 from daemon.experiments.stats import ALPHA, welch
-from daemon.experiments.verdict import MIN_EFFECT
+from daemon.experiments.verdict_types import MIN_EFFECT
 
 
 def spent(t: float, alpha: float = ALPHA) -> float:

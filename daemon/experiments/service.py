@@ -17,14 +17,14 @@ from daemon.core.profiles import ProfileSet
 from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
 from daemon.experiments import sequential
 from daemon.experiments.across import across_load
-from daemon.experiments.judging import Judging
+from daemon.experiments.comparison_read import Judging
+from daemon.experiments.per_request import verdict_lines
 from daemon.experiments.record import Record, Restore, Step
 from daemon.experiments.request import ExperimentRequest
 from daemon.experiments.rounds import orders
 from daemon.experiments.sweep.ranking import parse_metric
 from daemon.experiments.sweep.service import Plan, Sweeps
 from daemon.experiments.sweep.variants import Sweep
-from daemon.experiments.verdicts import verdict_lines
 from daemon.measure.levels import Target
 from daemon.measure.prompts import PromptSet
 from daemon.measure.runner import BenchmarkRunner

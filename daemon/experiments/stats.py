@@ -1,17 +1,17 @@
-"""Verdicts a reviewer accepts, from per-request figures (#37): the ratio of two profiles' means with a
-bootstrap confidence interval (scipy.stats.bootstrap, BCa), a Mann-Whitney U test and its effect size (the
-rank-biserial correlation), and the requests it would take to tell a difference of a given size apart.
-A difference is declared only where the 95% interval excludes 1, the U test agrees at p < 0.01 in the
-same direction and it is at least MIN_EFFECT (1%): a false "faster" or "slower" in about 1 experiment of
-100 (a 95% interval alone: 1 in 20, which 200 simulated experiments showed as 11 of 200). The planner asks
-for the requests at that level. A throughput (a ratio of sums) is judged by its interval at 1 - 0.01.
-Rounds: requests of one round share its conditions (the host's load that minute, the engine's state), so they
-are not independent. With at least two rounds a side, the interval comes from the rounds' own figures (each
-round's mean, or its rate, on a log scale; Welch's t with its degrees of freedom) and a difference is
-declared where the (1 - ALPHA) interval excludes 1; the request-level U test would count one round's shared
-luck as many independent observations. With one round a side the interval covers request-to-request noise
-only, and says so (`scope`).
-Drift: a trend in one profile's own figures over the rounds of an experiment. Pure; no I/O, no clock."""
+"""Verdicts a reviewer accepts, from per-request figures (verdicts that cancel drift and say how sure they
+are): the ratio of two profiles' means with a bootstrap confidence interval (scipy.stats.bootstrap, BCa), a
+Mann-Whitney U test and its effect size (the rank-biserial correlation), and the requests it would take to
+tell a difference of a given size apart. A difference is declared only where the 95% interval excludes 1, the
+U test agrees at p < 0.01 in the same direction and it is at least MIN_EFFECT (1%): a false "faster" or
+"slower" in about 1 experiment of 100 (a 95% interval alone: 1 in 20, which 200 simulated experiments showed
+as 11 of 200). The planner asks for the requests at that level. A throughput (a ratio of sums) is judged by
+its interval at 1 - 0.01. Rounds: requests of one round share its conditions (the host's load that minute, the
+engine's state), so they are not independent. With at least two rounds a side, the interval comes from the
+rounds' own figures (each round's mean, or its rate, on a log scale; Welch's t with its degrees of freedom)
+and a difference is declared where the (1 - ALPHA) interval excludes 1; the request-level U test would count
+one round's shared luck as many independent observations. With one round a side the interval covers
+request-to-request noise only, and says so (`scope`). Drift: a trend in one profile's own figures over the
+rounds of an experiment. Pure; no I/O, no clock."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from statistics import NormalDist
 from typing import TYPE_CHECKING
 
-from daemon.experiments.verdict import MIN_EFFECT, Judged, Verdict
+from daemon.experiments.verdict_types import MIN_EFFECT, Judged, Verdict
 
 if TYPE_CHECKING:
     import numpy as np

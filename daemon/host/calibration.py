@@ -8,6 +8,7 @@ import json
 import shutil
 import subprocess
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from daemon.core.errors import InvalidInput, K25Error
@@ -46,11 +47,28 @@ def interpreter_of(argv: Sequence[str]) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class Measured:
+    """The rates (GiB/s): each one's median over the repeats, and its lowest and highest."""
+
+    rates: dict[str, float]
+    ranges: dict[str, tuple[float, float]]
+
+
 def measure(
-    python: str, *, gib: float, processes: int, threads: int, file: Path, timeout_s: float
-) -> dict[str, float]:
-    """The rates (GiB/s) as the script measured them with `python`. K25Error with its output when it fails."""
+    python: str,
+    *,
+    gib: float,
+    processes: int,
+    threads: int,
+    file: Path,
+    timeout_s: float,
+    repeats: int = 3,
+) -> Measured:
+    """The rates as the script measured them with `python`, `repeats` times each. K25Error with its output
+    when it fails."""
     argv = [python, str(SCRIPT), "--gib", str(gib), "--processes", str(processes), "--threads", str(threads)]
+    argv += ["--repeats", str(repeats)]
     try:
         done = subprocess.run(  # noqa: S603 - the operator's engine interpreter, our own script
             [*argv, "--file", str(file)], capture_output=True, text=True, timeout=timeout_s, check=False
@@ -64,4 +82,8 @@ def measure(
         tail = "\n".join(done.stderr.strip().splitlines()[-12:])
         raise K25Error(f"the measurement failed with {python} (exit {done.returncode}):\n{tail}")
     data = json.loads(lines[-1])
-    return {k: float(data[k]) for k in RATE_KEYS}
+    ranges = data.get("ranges") or {}
+    return Measured(
+        {k: float(data[k]) for k in RATE_KEYS},
+        {k: (float(ranges[k][0]), float(ranges[k][1])) for k in RATE_KEYS if k in ranges},
+    )

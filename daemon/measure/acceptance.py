@@ -1,5 +1,5 @@
-"""Acceptance per prompt category, with a confidence interval (issue 53): a pass after the level's timed
-requests, on the same request bodies, one category at a time.
+"""Acceptance per prompt category, with a confidence interval (which kinds of prompt a drafter serves): a pass
+after the level's timed requests, on the same request bodies, one category at a time.
 
 - Where the engine reports verify steps per request (SGLang's native /generate: `meta_info.spec_verify_ct`),
   each request is a unit: its output tokens and its verify steps.

@@ -1,18 +1,26 @@
-"""Capacity under an SLO (issue 53), pure: the highest request rate at which a profile meets its SLO, found
-the way `vllm bench sweep`'s serve_sla does, with the guards a production host needs. Bracketing from the
-start rate, each step `factor` times the last proven rate while the SLO holds (down by the factor while it
-does not), then bisection (geometric) until the highest rate that met it and the lowest that missed are
-within `resolution` of each other. No step is ever more than `factor` above the highest rate proven.
+"""Capacity under an SLO, pure: the highest request rate at which a profile meets its SLO, found the way
+`vllm bench sweep`'s serve_sla does, with the guards a production host needs. Bracketing from the start
+rate, each step `factor` times the last rate that held the SLO (down by the factor while none did), then
+bisection (geometric) until the highest rate that held it and the lowest that did not are within
+`resolution` of each other. No step is ever more than `factor` above the highest rate that held the SLO.
 
-A step that shows the engine over-saturated ends the search there, whatever its SLO figures: errors that
-the proven rate did not have, or a queue that grows without bound (the level's late requests wait for
-their first token `QUEUE_GROWTH` times longer than its early ones while the engine completes requests
-slower than they arrive), the signal GuideLLM's sweep stops on (guidellm#242).
+Each step is measured in its steady state and decided only when its figures' intervals clear the SLO's
+bounds (steady.py). A step still undecided at the most requests it may take proves nothing, but its figure
+still says which way to look: the search goes on from it (within its figure: up; above: down), and the
+answer's bracket is only ever made of decided steps, so it holds the limit at the steps' confidence.
 
-The answer: capacity, the highest rate proven, with the bracket it lies in; an estimate inside the bracket
-(where the limiting figure crosses its bound, interpolated in log rate); the limiting metric (the bound
-nearest its limit, or missed); and the knee, the first rate at which the limiting figure grew faster than
-the rate (log-log slope above 1): where latency starts paying for load."""
+A step that shows the engine over-saturated counts as missed, whatever its SLO figures: errors that the
+proven rate did not have, or a queue that grows without bound (the step's late requests wait for their
+first token `QUEUE_GROWTH` times longer than its early ones while the engine completes requests slower
+than they arrive), the signal GuideLLM's sweep stops on (guidellm#242). The search then bisects below that
+rate, never above it, and says that saturation bounded it (stopping there answered 2 req/s for an engine
+that serves 2.9).
+
+The answer: capacity, the highest rate proven (met, its intervals within the bounds), and the bracket the
+limit lies in (each end decided at the steps' confidence); an estimate inside it (where the limiting figure
+crosses its bound, interpolated in log rate between the nearest steps on either side); the limiting metric
+(the bound nearest its limit, or saturation); and the knee, the first rate at which the limiting figure grew
+faster than the rate (log-log slope above 1): where latency starts paying for load."""
 
 from __future__ import annotations
 
@@ -21,17 +29,16 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from daemon.core.jsontypes import VllmSummary
-from daemon.measure.metrics import RequestRecord, percentile
+from daemon.measure.capacity_step import falling_behind
 from daemon.measure.slo import Slo
 from daemon.measure.slo import parse as parse_slo
 from daemon.store.bench import BenchmarkView
 
-QUEUE_GROWTH = 2.0  # late requests' TTFT over early ones' that says the queue is growing
-KEEPING_UP = 0.9  # completions per second over arrivals per second below which the engine falls behind
-MIN_QUEUE_S = 0.05  # a TTFT growth smaller than this (seconds) is noise, not a queue
+NEAR = 1.3  # the estimate's fit: steps within this factor of the crossing's rate
 
 
 class CapacitySearch(BaseModel):
@@ -53,6 +60,13 @@ class CapacitySearch(BaseModel):
     )
     max_steps: int = Field(default=12, ge=2, le=64, description="stop after this many steps, answer or not")
     max_rate: float | None = Field(default=None, gt=0, le=100_000, description="never step above this rate")
+    extend: float = Field(
+        default=4.0,
+        ge=1,
+        le=64,
+        description="a step whose figures' intervals still hold a bound after num_prompts measured requests "
+        "is extended (doubling) up to this many times num_prompts, then called undecided",
+    )
 
 
 @dataclass(frozen=True)
@@ -62,11 +76,18 @@ class StepFigures:
     rate: float
     met: bool
     missed: list[str]
-    achieved: float  # completed requests per second
+    achieved: float  # completed requests per second (in the steady state where measured so)
     queue_growth: float | None  # late requests' median TTFT over early ones'
     queue_s: float  # how much (seconds) the late requests' median TTFT exceeds the early ones'
     failed: int
     limits: dict[str, float]  # each bound's key -> the level's figure over the bound (1: at the limit)
+    undecided: bool = False  # the figures' intervals still held a bound at the most requests allowed
+    saturation: str | None = None  # why the step showed an over-saturated engine
+    requests: int = 0  # measured
+
+    @property
+    def decided_missed(self) -> bool:
+        return not self.met and not self.undecided
 
 
 @dataclass
@@ -76,7 +97,7 @@ class Capacity:
     capacity: float | None  # the highest rate that met the SLO (None: not even the lowest step)
     lowest_missed: float | None  # the lowest rate that missed it (None: none did)
     estimate: float | None  # inside the bracket, where the limiting figure meets its bound
-    limiting: str | None  # the bound that gave out first
+    limiting: str | None  # the bound that gave out first, or saturation
     knee: float | None
     reason: str
     steps: list[StepFigures] = field(default_factory=list)
@@ -96,18 +117,6 @@ class Capacity:
         return f"{found}{est}{lim}{knee}: {self.reason}"
 
 
-def queue_trend(records: Sequence[RequestRecord]) -> tuple[float | None, float]:
-    """The median TTFT of the level's last third of requests (by when they were sent) over its first
-    third's, and the difference in seconds; (None, 0) with too few answers."""
-    done = sorted((r for r in records if r.ok and r.ttft is not None), key=lambda r: r.sent)
-    third = len(done) // 3
-    if third < 2:
-        return None, 0.0
-    early = percentile([r.ttft or 0.0 for r in done[:third]], 50)
-    late = percentile([r.ttft or 0.0 for r in done[-third:]], 50)
-    return (late / early if early > 0 else None), late - early
-
-
 def figures(rate: float, summary: VllmSummary, slo: Slo) -> StepFigures:
     limits = {}
     for b in slo.bounds:
@@ -116,15 +125,19 @@ def figures(rate: float, summary: VllmSummary, slo: Slo) -> StepFigures:
             limits[b.key] = float(value) / b.ms
     duration = float(summary.get("duration") or 0.0)
     growth = summary.get("queue_growth")
+    steady = summary.get("steady_throughput")  # a steady-state step's; older ones: over the level
+    achieved = int(summary.get("completed") or 0) / duration if duration > 0 else 0.0
     return StepFigures(
         rate=rate,
         met=bool(summary.get("slo_met")),
         missed=list(summary.get("slo_missed") or []),
-        achieved=int(summary.get("completed") or 0) / duration if duration > 0 else 0.0,
+        achieved=float(steady) if steady is not None else achieved,
         queue_growth=None if growth is None else float(growth),
         queue_s=float(summary.get("queue_growth_s") or 0.0),
         failed=int(summary.get("failed") or 0),
         limits=limits,
+        undecided=summary.get("slo_decision") == "undecided",
+        requests=int(summary.get("completed") or 0),
     )
 
 
@@ -132,10 +145,7 @@ def saturated(step: StepFigures, proven: StepFigures | None) -> str | None:
     """Why this step shows an over-saturated engine; None: it does not."""
     if step.failed and (proven is None or not proven.failed):
         return f"{step.failed} request(s) failed at {step.rate:.3g} req/s"
-    growing = (
-        step.queue_growth is not None and step.queue_growth >= QUEUE_GROWTH and step.queue_s >= MIN_QUEUE_S
-    )
-    if growing and step.achieved < KEEPING_UP * step.rate:
+    if falling_behind(step.queue_growth, step.queue_s, step.achieved, step.rate):
         return (
             f"over-saturated at {step.rate:.3g} req/s: {step.achieved:.3g} req/s completed while the queue "
             f"grew (late requests waited {step.queue_growth:.1f}x as long for a first token)"
@@ -150,7 +160,6 @@ class Search:
         self.cfg = cfg
         self.steps: list[StepFigures] = []
         self.stopped: str | None = None
-        self.over = False  # stopped by an over-saturated engine
 
     @property
     def proven(self) -> StepFigures | None:
@@ -159,14 +168,43 @@ class Search:
 
     @property
     def missed(self) -> StepFigures | None:
-        out = [s for s in self.steps if not s.met]
+        out = [s for s in self.steps if s.decided_missed]
         return min(out, key=lambda s: s.rate) if out else None
+
+    def _key(self) -> str | None:
+        """The limiting bound: nearest its limit at the decided bracket's ends, else at the newest step."""
+        return _limiting(self.proven, self.missed) or _limiting(None, self.steps[-1] if self.steps else None)
+
+    def _leaning(self, key: str | None) -> tuple[StepFigures | None, StepFigures | None]:
+        """The steps that bound the search: the highest rate that met the SLO or, undecided, read within
+        it, and the lowest that missed it or, undecided, read above it. An undecided step cannot prove the
+        answer's bracket, but its figure still says which way to look."""
+
+        def within(s: StepFigures) -> bool:
+            return s.met or (s.undecided and key is not None and s.limits.get(key, 0.0) <= 1.0)
+
+        below = [s for s in self.steps if within(s)]
+        above = [s for s in self.steps if not within(s)]
+        return (
+            max(below, key=lambda s: s.rate) if below else None,
+            min(above, key=lambda s: s.rate) if above else None,
+        )
 
     def next_rate(self) -> float | None:
         """The next step's rate; None: the search is over (`stopped` says why)."""
         if self.stopped is not None:
             return None
-        cfg, lo, hi = self.cfg, self.proven, self.missed
+        rate = self._next()
+        if rate is not None and any(math.isclose(rate, s.rate, rel_tol=1e-9) for s in self.steps):
+            self.stopped = f"undecided at {rate:.3g} req/s twice"  # the steps cannot narrow it further
+            return None
+        return rate
+
+    def _next(self) -> float | None:
+        if self.stopped is not None:
+            return None
+        cfg = self.cfg
+        lo, hi = self._leaning(self._key())
         if len(self.steps) >= cfg.max_steps:
             self.stopped = f"the step limit ({cfg.max_steps}) was reached"
             return None
@@ -180,28 +218,42 @@ class Search:
         if lo is None or hi is None:  # every step so far missed: step down
             return (hi or self.steps[-1]).rate / cfg.factor
         if hi.rate <= lo.rate * (1 + cfg.resolution):
-            self.stopped = f"bracketed to {cfg.resolution:.0%}"
+            undecided = sum(1 for s in self.steps if s.undecided)
+            self.stopped = f"bracketed to {cfg.resolution:.0%}" + (
+                f" ({undecided} step(s) undecided: the SLO's limit is within their measurements' reach)"
+                if undecided
+                else ""
+            )
             return None
-        return math.sqrt(lo.rate * hi.rate)
+        return math.sqrt(lo.rate * hi.rate)  # below a saturated step too, never above it
 
     def observe(self, step: StepFigures) -> None:
-        """One step measured; an over-saturated engine ends the search here."""
+        """One step measured; one that shows an over-saturated engine is missed, whatever its figures."""
         why = saturated(step, self.proven)
         if why is not None:
-            step = replace(step, met=False, missed=[*step.missed, why])
-            self.stopped, self.over = why, True
+            step = replace(step, met=False, undecided=False, missed=[*step.missed, why], saturation=why)
         self.steps.append(step)
 
     def result(self) -> Capacity:
         lo, hi = self.proven, self.missed
-        limiting = "saturation" if self.over else _limiting(lo, hi)
+        key = self._key()
+        soft_lo, soft_hi = self._leaning(key)
+        # Saturation bounded the answer where the step that bounds the search from above showed it.
+        over = soft_hi.saturation if soft_hi is not None else None
+        reason = self.stopped or "stopped before it was done"
+        if over is not None:
+            reason = f"{reason}; {over}"
+        estimate = _estimate(self.steps, key)
+        if over is not None and soft_lo is not None and soft_hi is not None:
+            estimate = math.sqrt(soft_lo.rate * soft_hi.rate)  # between the last rate served and the queue
+        limiting = "saturation" if over is not None else key
         return Capacity(
             capacity=lo.rate if lo else None,
             lowest_missed=hi.rate if hi else None,
-            estimate=_estimate(lo, hi, limiting),
+            estimate=estimate,
             limiting=limiting,
             knee=knee(self.steps, limiting),
-            reason=self.stopped or "stopped before it was done",
+            reason=reason,
             steps=list(self.steps),
         )
 
@@ -218,15 +270,32 @@ def _limiting(lo: StepFigures | None, hi: StepFigures | None) -> str | None:
     return max(at.limits, key=lambda k: at.limits[k])
 
 
-def _estimate(lo: StepFigures | None, hi: StepFigures | None, key: str | None) -> float | None:
-    """Where, between the bracket's ends, the limiting figure reaches its bound (log-linear)."""
-    if lo is None or hi is None or key is None or key not in lo.limits or key not in hi.limits:
+def _estimate(steps: Sequence[StepFigures], key: str | None) -> float | None:
+    """Where the limiting figure reaches its bound: a line through log figure against log rate, fitted
+    (weighted by each step's measured requests) to the steps within a factor of `NEAR` of the crossing
+    the nearest steps on either side point at, and kept within the decided bracket. One step's figure near
+    the limit varies by ~20% even at a few hundred requests: the fit pools its neighbours, and a narrow
+    span keeps the curve's bend (latency grows ever faster with load) out of the line."""
+    if key is None:
         return None
-    a, b = lo.limits[key], hi.limits[key]
-    if not (0 < a <= 1 < b):
+    seen = [s for s in steps if key in s.limits and s.limits[key] > 0 and s.saturation is None]
+    below = [s.rate for s in seen if s.limits[key] <= 1]
+    above = [s.rate for s in seen if s.limits[key] > 1]
+    if not below or not above:
         return None
-    t = math.log(1 / a) / math.log(b / a)
-    return math.exp(math.log(lo.rate) + t * (math.log(hi.rate) - math.log(lo.rate)))
+    mid = math.sqrt(max(below) * min(above))
+    near = [s for s in seen if 1 / NEAR <= s.rate / mid <= NEAR]
+    x = np.log([s.rate for s in near])
+    y = np.log([s.limits[key] for s in near])
+    at = mid
+    if len(near) >= 2 and float(np.ptp(x)) > 0:
+        slope, intercept = np.polyfit(x, y, 1, w=np.sqrt([max(1, s.requests) for s in near]))
+        if slope > 0:
+            at = math.exp(-intercept / slope)
+    met = [s.rate for s in steps if s.met]
+    missed = [s.rate for s in steps if s.decided_missed]
+    low, high = max(met, default=0.0), min(missed, default=math.inf)
+    return min(max(at, low), high) if low <= high else at
 
 
 def knee(steps: Sequence[StepFigures], key: str | None) -> float | None:
@@ -235,6 +304,8 @@ def knee(steps: Sequence[StepFigures], key: str | None) -> float | None:
         return None
     ordered = sorted((s for s in steps if key in s.limits and s.limits[key] > 0), key=lambda s: s.rate)
     for a, b in itertools.pairwise(ordered):
+        if b.rate <= a.rate:  # measured twice
+            continue
         slope = math.log(b.limits[key] / a.limits[key]) / math.log(b.rate / a.rate)
         if slope > 1:
             return b.rate

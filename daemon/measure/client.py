@@ -8,7 +8,7 @@ import asyncio
 import itertools
 import random
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
 import aiohttp
@@ -29,6 +29,7 @@ class Request:
 class LevelResult:
     records: list[RequestRecord]
     duration: float  # first dispatch -> last completion (failed requests included)
+    sent: int = 0  # an open stream's requests sent (those cut off at its end have no record)
 
 
 class _VllmLikeTransport(AiohttpTransport):
@@ -36,7 +37,7 @@ class _VllmLikeTransport(AiohttpTransport):
     handed to aiohttp: vLLM's TTFT counts from just before its `session.post`, and with it the look-ups a
     session that trusts the environment makes per request, off the event loop (~/.netrc, HTTP(S)_PROXY /
     NO_PROXY: two executor hops). Without them k25-ctl's TTFT came out 0.4-0.6 ms shorter than vLLM's on
-    the same requests (#26, perf/ttft_truth.py)."""
+    the same requests (found by measuring TTFT against `vllm bench serve`: perf/ttft_truth.py)."""
 
     def __init__(self, connections: int) -> None:
         def session() -> aiohttp.ClientSession:  # made on first use, inside the running loop
@@ -52,6 +53,7 @@ class _VllmLikeTransport(AiohttpTransport):
         return await super().handle_async_request(request)
 
 
+ARRIVAL_BLOCK = 16  # an open stream's arrivals come at exactly its rate over each block of this many
 SENT = "k25_sent"  # the request extension that holds when the transport took the request (perf_counter)
 
 
@@ -99,14 +101,28 @@ async def send(
 def arrival_schedule(n: int, rate: float | None, seed: int) -> list[float]:
     """Seconds from the level's start at which each of `n` requests arrives: all at 0 without a rate, else
     Poisson arrivals as `vllm bench serve` draws them: exponential gaps (the first one too), the whole
-    schedule scaled so that the last arrives at exactly n / rate. Unscaled, the span of 32 arrivals at
-    2 req/s swings by +-18% from draw to draw, and throughput at a rate with it (#26)."""
+    schedule scaled so that the last arrives at exactly n / rate. Unscaled, the span of 32 arrivals at 2 req/s
+    swings by +-18% from draw to draw, and throughput at a rate with it (found beside `vllm bench serve`)."""
     if not rate or n == 0:
         return [0.0] * n
     rng = random.Random(seed)  # noqa: S311 - a reproducible arrival schedule
     cumulative = list(itertools.accumulate(rng.expovariate(rate) for _ in range(n)))
     scale = n / rate / cumulative[-1]
     return [at * scale for at in cumulative]
+
+
+def open_arrivals(rate: float, seed: int) -> Iterator[float]:
+    """An open stream's arrival times (seconds from its start): Poisson arrivals drawn as
+    `arrival_schedule` draws a level's, in blocks of `ARRIVAL_BLOCK` whose spans are scaled to exactly
+    ARRIVAL_BLOCK / rate. Unscaled, a window of 30 arrivals at 6 req/s came in at 4.3 req/s for one seed,
+    an engine that serves 4.2 kept up with it, and a step called an over-saturated rate met."""
+    rng = random.Random(seed)  # noqa: S311 - a reproducible arrival schedule
+    start = 0.0
+    while True:
+        gaps = list(itertools.accumulate(rng.expovariate(rate) for _ in range(ARRIVAL_BLOCK)))
+        scale = ARRIVAL_BLOCK / rate / gaps[-1]
+        yield from (start + at * scale for at in gaps)
+        start += ARRIVAL_BLOCK / rate
 
 
 async def run_level(
@@ -142,3 +158,60 @@ async def run_level(
         for i, req in enumerate(requests):
             tg.create_task(one(i, req))
     return LevelResult(records, time.perf_counter() - t0)
+
+
+async def run_stream(
+    client: httpx.AsyncClient,
+    request_for: Callable[[int], Request],
+    *,
+    rate: float,
+    concurrency: int | None,
+    timeout_s: float,
+    seed: int,
+    most: int,
+    until: Callable[[RequestRecord], bool],
+    on_done: Callable[[RequestRecord], None] | None = None,
+) -> LevelResult:
+    """An open stream of Poisson arrivals at `rate` req/s (request i is `request_for(i)`), capped by
+    `concurrency`, that goes on until `until` (told of each request as it ends) says the step is done, or
+    `most` requests were sent and all ended. The requests still running then are cancelled: they arrived
+    after what was measured. The records are those that ended, in the order they ended."""
+    t0 = time.perf_counter()
+    arrivals = open_arrivals(rate, seed)
+    gate = asyncio.Semaphore(concurrency or most)
+    records: list[RequestRecord] = []
+    done = asyncio.Event()
+
+    async def one(i: int) -> None:
+        async with gate:
+            rec = await send(client, request_for(i), i, t0, timeout_s)
+        records.append(rec)
+        if on_done is not None:
+            on_done(rec)
+        if until(rec):
+            done.set()
+
+    async with asyncio.TaskGroup() as tg:
+        running: list[asyncio.Task[None]] = []
+        for i, at in zip(range(most), arrivals, strict=False):
+            try:  # the next arrival, unless the step is done first
+                async with asyncio.timeout(max(0.0, t0 + at - time.perf_counter())):
+                    await done.wait()
+                break
+            except TimeoutError:
+                running.append(tg.create_task(one(i)))
+        await _either(done, running)
+        for task in running:
+            task.cancel()
+    return LevelResult(records, time.perf_counter() - t0, len(running))
+
+
+async def _either(done: asyncio.Event, tasks: list[asyncio.Task[None]]) -> None:
+    """Until the step is done or every request sent has ended."""
+    waiter: asyncio.Task[object] = asyncio.ensure_future(done.wait())
+    pending: set[asyncio.Task[object]] = {waiter, *(t for t in tasks if not t.done())}
+    try:
+        while waiter in pending and len(pending) > 1:
+            _, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()

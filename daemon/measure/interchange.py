@@ -1,7 +1,7 @@
-"""Benchmarks measured elsewhere (issue 53): `vllm bench serve --save-result` files (one JSON object per
-load level; k25-ctl's own export writes the same keys) imported as a benchmark run, labelled as imported,
-so that another tool's figures sit beside k25-ctl's. Pure: the file read and checked, and what is stored
-of it; the runner stores it (measure/runner.py)."""
+"""Benchmarks measured elsewhere (to compare against `vllm bench serve`'s own runs): `vllm bench serve
+--save-result` files (one JSON object per load level; k25-ctl's own export writes the same keys) imported as a
+benchmark run, labelled as imported, so that another tool's figures sit beside k25-ctl's. Pure: the file read
+and checked, and what is stored of it; the runner stores it (measure/runner.py)."""
 
 from __future__ import annotations
 

@@ -19,7 +19,6 @@ from daemon.engines.base import Engine, MetricsSnapshot
 from daemon.engines.client import Prober
 from daemon.engines.metric_text import delta
 from daemon.measure.acceptance import AcceptancePass
-from daemon.measure.capacity import queue_trend
 from daemon.measure.client import LevelResult, Request, run_level
 from daemon.measure.metrics import RequestRecord, by_category, summarize
 from daemon.measure.prompts import PromptSet, new_salt, salted
@@ -107,6 +106,37 @@ class Level:
         return cls(conc, rate, f"level {i + 1}/{n}: {shape}")
 
 
+class ProgressEvents:
+    """A level's requests counted as they end: said each time, stored as an event a tenth at a time."""
+
+    def __init__(self, bench: Measurement, label: str, total: int) -> None:
+        self.bench = bench
+        self.label = label
+        self.total = total
+        self.done = 0
+        self.last: asyncio.Task[None] | None = None  # the newest progress event's write
+
+    async def _after(self, previous: asyncio.Task[None] | None, detail: str, progress: Progress) -> None:
+        # In order: each write waits for the one before it (side by side, 10/10 could be stored before
+        # 7/10, and a follower's bar would end at 70%).
+        if previous is not None:
+            await previous
+        await self.bench.event(detail, progress)
+
+    def finished(self, _: RequestRecord) -> None:
+        self.done += 1
+        done, total = self.done, max(self.total, self.done)
+        self.bench.say(f"{self.label}, {done}/{total} requests")
+        if done % max(1, total // 10) == 0 or done == total:  # events are stored rows
+            progress = Progress(min(100, 100 * done // total), done, total)
+            coro = self._after(self.last, f"{self.label}: {done}/{total}", progress)
+            self.last = asyncio.get_running_loop().create_task(coro)
+
+    async def written(self) -> None:
+        if self.last is not None:
+            await self.last
+
+
 class Measurement:
     """One benchmark in progress: what it measures, its client and request bodies, what it has measured."""
 
@@ -133,36 +163,38 @@ class Measurement:
         self.prober = Prober(client)
         self.prompts = prompts
         self.bodies: list[tuple[str, RequestBody]] = []
+        self.salt: str | None = None
         self.out = Outcomes()
 
     def prepare(self) -> None:
         """The request bodies (the prompts, salted when the spec says so), once for every level."""
-        self.bodies = self._bodies()
+        self.salt = new_salt() if self.spec.salt else None
+        self.bodies = [self.body(i) for i in range(len(self.prompts.prompts))]
 
-    def _bodies(self) -> list[tuple[str, RequestBody]]:
-        """A dataset's requests carry one salt for the run (their shared prefixes stay shared, as in
-        production); the built-in sources one per request."""
+    def body(self, i: int) -> tuple[str, RequestBody]:
+        """Request i: prompt i (round again past the last). A dataset's requests carry one salt for the run
+        (their shared prefixes stay shared, as in production; each round again its own), the built-in
+        sources one per request."""
         spec, profile = self.spec, self.target.lp.profile
-        salt = new_salt() if spec.salt else None
-        return [
-            self.engine.replay_request(
+        n = len(self.prompts.prompts)
+        prompt, rounds = self.prompts.prompts[i % n], i // n
+        if prompt.body is not None and prompt.endpoint is not None:
+            salt = f"{self.salt}.{rounds}" if self.salt and rounds else self.salt
+            return self.engine.replay_request(
                 profile,
                 PATHS[prompt.endpoint],
                 salted_body(prompt.body, salt),
                 max_tokens=prompt.output_tokens or spec.max_tokens,
                 ignore_eos=spec.eos_ignored,
             )
-            if prompt.body is not None and prompt.endpoint is not None
-            else self.engine.bench_request(
-                profile,
-                salted(prompt.text, salt, i),
-                max_tokens=spec.max_tokens,
-                temperature=spec.temperature,
-                ignore_eos=spec.eos_ignored,
-                chat=spec.endpoint == "chat",
-            )
-            for i, prompt in enumerate(self.prompts.prompts)
-        ]
+        return self.engine.bench_request(
+            profile,
+            salted(prompt.text, self.salt, i),
+            max_tokens=spec.max_tokens,
+            temperature=spec.temperature,
+            ignore_eos=spec.eos_ignored,
+            chat=spec.endpoint == "chat",
+        )
 
     def _arrivals(self) -> list[float] | None:
         """A paced replay's arrival times (its dataset's, `pace` times faster); None: the level's own."""
@@ -170,58 +202,69 @@ class Measurement:
             return None
         return [(p.offset_s or 0.0) / self.spec.pace for p in self.prompts.prompts]
 
-    async def _event(self, detail: str, progress: Progress | None = None) -> None:
+    async def event(self, detail: str, progress: Progress | None = None) -> None:
         await self.recorder.event(self.run_id, Phase.MEASURING, detail, progress=progress)
 
-    async def _counters(self) -> MetricsSnapshot:
+    async def counters(self) -> MetricsSnapshot:
         p = self.target.lp.profile
         return self.engine.snapshot(p, await self.prober.scrape(p, self.engine))
 
     async def level(self, level: Level) -> None:
         """Warm-ups, the engine's counters, the measured requests, the counters again; then the summary."""
-        await self._warm_up(level)
-        before = await self._counters()
+        await self.warm_up(level)
+        before = await self.counters()
         result = await self._measure(level)
-        after = await self._counters()
+        after = await self.counters()
         summary = summarize(result.records, result.duration)
+        if self.slo is not None:
+            summary |= judge_slo(result.records, summary, self.slo)
+        await self.complete(level, summary, result.records, (before, after))
+
+    async def complete(
+        self,
+        level: Level,
+        summary: VllmSummary,
+        records: list[RequestRecord],
+        counters: tuple[MetricsSnapshot, MetricsSnapshot],
+        unmeasured_tokens: float = 0.0,
+    ) -> None:
+        """A measured level's summary completed (its shape, the engine's counters, the categories, the
+        acceptance pass, other traffic) and kept. `unmeasured_tokens`: at most how many tokens the engine
+        generated for this benchmark's own requests that `records` leave out (a step's warm-up)."""
         summary |= {
             "max_concurrency": level.concurrency,
             "request_rate": level.rate or "inf",
-            "num_prompts": len(self.bodies),
+            "num_prompts": len(records),
         }
-        summary |= counter_keys(self.engine, before, after, self.target.lp)
+        summary |= counter_keys(self.engine, *counters, self.target.lp)
         spec_cfg = self.target.lp.profile.speculative
         drafts = spec_cfg.num_speculative_tokens if spec_cfg else None
-        summary["categories"] = by_category(result.records, self.prompts.categories, drafts)
-        if self.slo is not None:
-            summary |= judge_slo(result.records, summary, self.slo)
-        if self.spec.capacity is not None:  # is the queue growing within the level?
-            growth, growth_s = queue_trend(result.records)
-            summary |= {"queue_growth": growth, "queue_growth_s": growth_s}
+        cats = self.prompts.categories  # request i is prompt i, round again past the last (body)
+        summary["categories"] = by_category(records, [cats[r.index % len(cats)] for r in records], drafts)
         if self.spec.acceptance_by_category and spec_cfg is not None:
             summary["category_acceptance"] = await self._acceptance(level)
-        extra = other_traffic(summary, result.records)
+        extra = max(0.0, other_traffic(summary, records) - unmeasured_tokens)
         summary |= {"other_traffic": extra > 0, "other_traffic_tokens": extra}
-        await self._keep(level, summary, result.records, extra)
+        await self._keep(level, summary, records, extra)
 
     async def _acceptance(self, level: Level) -> StoredJson:
-        await self._event(f"{level.label}: acceptance per category")
+        await self.event(f"{level.label}: acceptance per category")
         self.say(f"{level.label}, acceptance per category")
         found = AcceptancePass(
             self.engine,
             self.target.lp.profile,
             self.client,
-            self._counters,
+            self.counters,
             concurrency=level.concurrency,
             timeout_s=self.spec.request_timeout_s,
         )
         return await found.run(self.prompts, self.bodies, self.spec.max_tokens, self.spec.eos_ignored)
 
-    async def _warm_up(self, level: Level) -> None:
+    async def warm_up(self, level: Level) -> None:
         spec, base = self.spec, self.target.lp.profile.base_url
         if not spec.warmups:
             return
-        await self._event(f"{level.label}: {spec.warmups} warm-up request(s)")
+        await self.event(f"{level.label}: {spec.warmups} warm-up request(s)")
         self.say(f"{level.label}, warming up")
         short = {"max_tokens": min(16, spec.max_tokens)}
         warm = [Request(base + path, body | short) for path, body in self.bodies[: spec.warmups]]
@@ -236,27 +279,7 @@ class Measurement:
     async def _measure(self, level: Level) -> LevelResult:
         base = self.target.lp.profile.base_url
         requests = [Request(base + path, body) for path, body in self.bodies]
-        total, step = len(requests), max(1, len(requests) // 10)
-        await self._event(f"{level.label}: {total} request(s)", Progress(0, 0, total))
-        last: asyncio.Task[None] | None = None  # the newest progress event's write
-        done = 0
-
-        async def after(previous: asyncio.Task[None] | None, detail: str, progress: Progress) -> None:
-            # In order: each write waits for the one before it (side by side, 10/10 could be stored
-            # before 7/10, and a follower's bar would end at 70%).
-            if previous is not None:
-                await previous
-            await self._event(detail, progress)
-
-        def finished(_: RequestRecord) -> None:
-            nonlocal done, last
-            done += 1
-            self.say(f"{level.label}, {done}/{total} requests")
-            if done % step == 0 or done == total:  # a tenth at a time: events are stored rows
-                progress = Progress(100 * done // total, done, total)
-                coro = after(last, f"{level.label}: {done}/{total}", progress)
-                last = asyncio.get_running_loop().create_task(coro)
-
+        progress = await self.progress(level, len(requests))
         result = await run_level(
             self.client,
             requests,
@@ -265,17 +288,21 @@ class Measurement:
             timeout_s=self.spec.request_timeout_s,
             seed=self.spec.seed,
             arrivals=self._arrivals(),
-            on_done=finished,
+            on_done=progress.finished,
         )
-        if last is not None:
-            await last
+        await progress.written()
         return result
+
+    async def progress(self, level: Level, total: int) -> ProgressEvents:
+        """The level's progress, said and stored as its requests end (a tenth at a time)."""
+        await self.event(f"{level.label}: {total} request(s)", Progress(0, 0, total))
+        return ProgressEvents(self, level.label, total)
 
     async def _keep(
         self, level: Level, summary: VllmSummary, records: list[RequestRecord], extra: float
     ) -> None:
         if extra:
-            await self._event(
+            await self.event(
                 f"{level.label}: the engine generated {extra:.0f} tokens for other clients "
                 "during the level: its acceptance figures include them"
             )

@@ -122,9 +122,9 @@ class StreamReader:
         choices = obj.get("choices") or ()
         # The first token is the first chunk that carries one, as `vllm bench serve` counts: with usage per
         # chunk, the first whose completion count grew; without, the first completions choice even when its
-        # text is empty (a token whose bytes do not complete a character yet), never SGLang's chat role
-        # chunk. Waiting for the first text instead put a later token's arrival in TTFT (#26). After it
-        # every chunk with choices is an ITL sample and moves E2EL.
+        # text is empty (a token whose bytes do not complete a character yet), never SGLang's chat role chunk.
+        # Waiting for the first text instead put a later token's arrival in TTFT (measured against `vllm bench
+        # serve`). After it every chunk with choices is an ITL sample and moves E2EL.
         token = completion > self._usage_seen if completion is not None else any(map(_carries, choices))
         if choices and (token or self._last is not None):
             self._chunk(at, completion)

@@ -18,7 +18,7 @@ from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
 from daemon.datasets.service import Replay
 from daemon.engines import engine_for
 from daemon.engines.base import Engine
-from daemon.measure import capacity, interchange, slo
+from daemon.measure import capacity, capacity_level, interchange, slo
 from daemon.measure.levels import Level, Measurement, Outcomes, Target
 from daemon.measure.prompts import PromptSet, builtin_set, replay_set
 from daemon.measure.spec import BenchmarkSpec
@@ -90,7 +90,10 @@ class BenchmarkRunner:
         engine = engine_for(target.lp.profile)
         shapes = spec.levels()
         levels = [Level.of(i, len(shapes), c, r, spec.pace) for i, (c, r) in enumerate(shapes)]
-        client = self.http(max((lv.concurrency or spec.num_prompts) for lv in levels), spec.request_timeout_s)
+        connections = max((lv.concurrency or spec.num_prompts) for lv in levels)
+        if spec.capacity is not None and spec.max_concurrency is None:  # an open stream: none waits for one
+            connections = capacity_level.most_sent(spec.num_prompts, spec.capacity)
+        client = self.http(connections, spec.request_timeout_s)
         bench = Measurement(
             self.recorder, run_id, spec, target, engine, client, prompts, say, self.slo_of(spec)
         )
@@ -131,11 +134,11 @@ class BenchmarkRunner:
         while (rate := search.next_rate()) is not None:
             step = len(search.steps) + 1
             level = Level(bench.spec.max_concurrency, rate, f"capacity step {step}: {rate:.3g} req/s")
-            await bench.level(level)
+            decision = await capacity_level.measure(bench, level, bench.slo, cfg, bench.spec.seed + step)
             search.observe(capacity.figures(rate, bench.out.levels[-1].summary, bench.slo))
-            log.info(
-                "run %d: %s: SLO %s", bench.run_id, level.label, "met" if search.steps[-1].met else "missed"
-            )
+            seen = search.steps[-1]
+            said = seen.saturation or decision.value
+            log.info("run %d: %s: SLO %s (%d measured)", bench.run_id, level.label, said, seen.requests)
         found = search.result()
         bench.out.notes.append(found.text())
         log.info("run %d: %s", bench.run_id, found.text())

@@ -1,6 +1,7 @@
-"""Latency SLOs and goodput (issue 53), pure. An SLO names bounds in milliseconds on TTFT, TPOT and E2E
-latency at a percentile (`ttft_p95_ms=800`), and a bound on the share of failed requests (`errors=0.5%`).
-A level meets the SLO when each named percentile is within its bound and the failed share too.
+"""Latency SLOs and goodput (which profile serves more within a latency SLO), pure. An SLO names bounds in
+milliseconds on TTFT, TPOT and E2E latency at a percentile (`ttft_p95_ms=800`), and a bound on the share of
+failed requests (`errors=0.5%`). A level meets the SLO when each named percentile is within its bound and the
+failed share too.
 
 Goodput is `vllm bench serve --goodput`'s: the requests per second that met every per-request bound (a
 request's TTFT, its TPOT = (E2E - TTFT) / (output tokens - 1), 0 for one token, and its E2E), over the

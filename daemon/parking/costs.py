@@ -11,8 +11,8 @@ bounded by the disk."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime
 
 from daemon.core.profiles import Profile
@@ -33,6 +33,8 @@ class HostRates:
     page_cache: float  # resident weight files into a GPU (per GPU)
     disk: float  # weight files from a cold disk into the GPUs (the disk's, host-wide)
     measured_at: datetime | None = None
+    # Each rate's lowest and highest over the calibration's repeats (empty: one reading, or the defaults).
+    ranges: Mapping[str, tuple[float, float]] = field(default_factory=dict)
 
     def pin(self, processes: int, registered: bool) -> float:
         """The aggregate pin rate of `processes` pinning at once."""
@@ -43,9 +45,20 @@ class HostRates:
         )
         return min(processes * one, ceiling)
 
+    def end(self, fast: bool) -> HostRates:
+        """The rates at their range's fast (or slow) end: the predictions' other bounds."""
+        pick = 1 if fast else 0
+        ends = {k: pair[pick] for k, pair in self.ranges.items()}
+        return replace(self, **ends, ranges={})  # type: ignore[arg-type]
+
     @classmethod
-    def of(cls, measured: Mapping[str, float], measured_at: datetime | None = None) -> HostRates:
-        """The rates a measurement gave (calibrate_torch.py's keys)."""
+    def of(
+        cls,
+        measured: Mapping[str, float],
+        measured_at: datetime | None = None,
+        ranges: Mapping[str, tuple[float, float]] | None = None,
+    ) -> HostRates:
+        """The rates a measurement gave (calibrate_torch.py's keys), with their ranges where repeated."""
         return cls(
             pin_process=measured["pin_process"],
             pin_host=measured["pin_host"],
@@ -56,10 +69,12 @@ class HostRates:
             page_cache=measured["page_cache"],
             disk=measured["disk"],
             measured_at=measured_at,
+            ranges=dict(ranges or {}),
         )
 
     def as_json(self) -> dict[str, object]:
-        return asdict(self) | {"measured_at": self.measured_at.isoformat() if self.measured_at else None}
+        at = self.measured_at.isoformat() if self.measured_at else None
+        return asdict(self) | {"measured_at": at, "ranges": {k: list(v) for k, v in self.ranges.items()}}
 
 
 # Measured on an H200 host (docs/engines.md): one process 1.8 GiB/s by default, 8.1 registered with 8
@@ -96,12 +111,29 @@ class Shape:
 
 @dataclass(frozen=True)
 class Way:
-    """One way to park and wake: seconds of each, and the host RAM it holds while parked."""
+    """One way to park and wake: seconds of each, and the host RAM it holds while parked. The ranges: the
+    seconds at the calibrated rates' fast and slow ends (the point figures where the rates have none)."""
 
     name: str
     park_s: float
     wake_s: float
     ram_bytes: int
+    park_range: tuple[float, float] | None = None
+    wake_range: tuple[float, float] | None = None
+
+    def range_of(self, wake: bool) -> tuple[float, float]:
+        seconds = self.wake_s if wake else self.park_s
+        return (self.wake_range if wake else self.park_range) or (seconds, seconds)
+
+
+def spread(make: Callable[[HostRates], Way], rates: HostRates) -> Way:
+    """A way predicted at the rates' medians, with the seconds their ranges imply."""
+    way, fast, slow = make(rates), make(rates.end(fast=True)), make(rates.end(fast=False))
+    return replace(
+        way,
+        park_range=(min(fast.park_s, slow.park_s), max(fast.park_s, slow.park_s)),
+        wake_range=(min(fast.wake_s, slow.wake_s), max(fast.wake_s, slow.wake_s)),
+    )
 
 
 def level1_first(shape: Shape, rates: HostRates, *, registered: bool) -> Way:
@@ -128,10 +160,11 @@ def level2(shape: Shape, rates: HostRates, *, resident: float) -> Way:
 
 
 def ways(shape: Shape, rates: HostRates, *, resident: float) -> list[Way]:
-    """Each way to park this shape on this host, as the cost table shows them."""
-    return [
-        level1_first(shape, rates, registered=False),
-        level1_first(shape, rates, registered=True),
-        level1_again(shape, rates),
-        level2(shape, rates, resident=resident),
+    """Each way to park this shape on this host, as the cost table shows them, with their ranges."""
+    makes: list[Callable[[HostRates], Way]] = [
+        lambda r: level1_first(shape, r, registered=False),
+        lambda r: level1_first(shape, r, registered=True),
+        lambda r: level1_again(shape, r),
+        lambda r: level2(shape, r, resident=resident),
     ]
+    return [spread(make, rates) for make in makes]

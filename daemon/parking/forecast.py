@@ -29,10 +29,11 @@ class ParkForecast:
         shape = costs.Shape.of(p, size)
         rates, engine = self.rates(), engine_for(p)
         if not engine.park_pins_weights(p):
-            return costs.level2(shape, rates, resident=resident)
+            return costs.spread(lambda r: costs.level2(shape, r, resident=resident), rates)
         if main_pid in self._pinned:
-            return costs.level1_again(shape, rates)
-        return costs.level1_first(shape, rates, registered=engine.park_pins_registered(p))
+            return costs.spread(lambda r: costs.level1_again(shape, r), rates)
+        registered = engine.park_pins_registered(p)
+        return costs.spread(lambda r: costs.level1_first(shape, r, registered=registered), rates)
 
     def table(self, p: Profile, weights: tuple[int, float]) -> list[costs.Way]:
         """Every way `p` can park, predicted from the current rates (GET /host, the page)."""
@@ -48,6 +49,19 @@ class ParkForecast:
         self._pinned.discard(main_pid)
 
 
+def outside(seconds: float, way: costs.Way, wake: bool) -> bool:
+    """A park or wake that took longer or shorter than the calibrated rates' range implies."""
+    low, high = way.range_of(wake)
+    return low != high and not low <= seconds <= high
+
+
 def said(seconds: float, way: costs.Way, wake: bool) -> str:
     predicted = way.wake_s if wake else way.park_s
-    return f"in {seconds:.1f}s (predicted {predicted:.1f}s: {way.name})"
+    low, high = way.range_of(wake)
+    spread = f" [{low:.1f}, {high:.1f}]" if low != high else ""
+    text = f"in {seconds:.1f}s (predicted {predicted:.1f}s{spread}: {way.name})"
+    if outside(seconds, way, wake):
+        text += (
+            "; outside the range the calibrated rates imply: the host's rates moved (k25-ctl host calibrate)"
+        )
+    return text

@@ -19,16 +19,23 @@ def load(state_dir: Path) -> HostRates:
     try:
         data = json.loads((state_dir / FILE).read_text())
         at = datetime.fromisoformat(str(data["measured_at"]))
-        return HostRates.of({k: float(data[k]) for k in RATE_KEYS}, at)
+        ranges = data.get("ranges") or {}
+        spread = {k: (float(ranges[k][0]), float(ranges[k][1])) for k in RATE_KEYS if k in ranges}
+        return HostRates.of({k: float(data[k]) for k in RATE_KEYS}, at, spread)
     except (OSError, ValueError, KeyError, TypeError):
         return DEFAULT_RATES
 
 
 def save(
-    state_dir: Path, measured: Mapping[str, float], *, python: str, now: datetime | None = None
+    state_dir: Path,
+    measured: Mapping[str, float],
+    *,
+    python: str,
+    ranges: Mapping[str, tuple[float, float]] | None = None,
+    now: datetime | None = None,
 ) -> HostRates:
     at = now or datetime.now(UTC)
-    rates = HostRates.of(measured, at)
+    rates = HostRates.of(measured, at, ranges)
     state_dir.mkdir(parents=True, exist_ok=True)
     (state_dir / FILE).write_text(json.dumps(rates.as_json() | {"python": python}, indent=1) + "\n")
     return rates

@@ -21,7 +21,7 @@ from daemon.core.command import k25_command
 from daemon.core.hoststate import StateHub
 from daemon.core.settings import Settings
 from daemon.datasets.service import Datasets
-from daemon.experiments.judging import Judging
+from daemon.experiments.comparison_read import Judging
 from daemon.experiments.service import Experiments
 from daemon.experiments.sweep.service import Sweeps
 from daemon.experiments.timers import Schedules

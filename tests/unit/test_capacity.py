@@ -8,6 +8,7 @@ import pytest
 from pydantic import ValidationError
 
 from daemon.measure.capacity import CapacitySearch, Search, StepFigures, replay
+from daemon.measure.capacity_step import KEEPING_UP
 from daemon.measure.slo import parse
 from daemon.measure.spec import BenchmarkSpec
 
@@ -68,31 +69,42 @@ def test_no_step_goes_further_above_the_proven_rate_than_the_factor() -> None:
             proven = max(proven, s.rate)
 
 
-def test_an_over_saturated_engine_stops_the_search_there_with_the_reason() -> None:
-    """The queue grows past 9 req/s while TPOT stays within the SLO: the search does not go on past the
-    first step that shows it."""
+def test_after_an_over_saturated_step_the_search_bisects_below_it() -> None:
+    """The queue grows past 9 req/s while TPOT stays within the SLO: the search goes on below the first
+    step that shows it (never above it) until the bracket reaches the resolution, and says saturation
+    bounded it (it used to stop at [8, 16])."""
     cfg = CapacitySearch(start_rate=1.0, factor=2.0, resolution=0.05, max_steps=20)
     search = run(cfg, 1000.0, saturates=9.0)
     found = search.result()
     rates = [s.rate for s in search.steps]
-    assert rates == [1.0, 2.0, 4.0, 8.0, 16.0], rates  # stopped at the first over-saturated step
-    assert found.capacity == 8.0
-    assert found.lowest_missed == 16.0
-    assert "over-saturated at 16 req/s" in found.reason
+    assert rates[:5] == [1.0, 2.0, 4.0, 8.0, 16.0], rates
+    first_over = 16.0
+    assert all(r <= first_over for r in rates), rates
+    assert found.capacity is not None
+    assert found.lowest_missed is not None
+    # The queue is told from noise only once completions fall 10% behind arrivals (KEEPING_UP).
+    assert 9.0 <= found.capacity <= 9.0 / KEEPING_UP < found.lowest_missed, found
+    assert found.lowest_missed <= found.capacity * 1.05 + 1e-9, found
+    assert found.reason.startswith("bracketed to 5%"), found.reason
+    assert "over-saturated at" in found.reason
     assert "queue grew" in found.reason
     assert search.next_rate() is None
     assert found.limiting == "saturation"
-    assert found.estimate is None
+    assert "limited by saturation" in found.text()
 
 
-def test_errors_that_the_proven_rate_did_not_have_stop_the_search() -> None:
-    search = Search(CapacitySearch(start_rate=2.0))
+def test_errors_that_the_proven_rate_did_not_have_bound_the_search_from_above() -> None:
+    search = Search(CapacitySearch(start_rate=2.0, resolution=0.5))
     search.observe(step(2.0, 100.0))
     broken = step(4.0, 100.0)
     search.observe(StepFigures(**(broken.__dict__ | {"failed": 3})))
+    assert search.next_rate() == pytest.approx(math.sqrt(8.0))  # below the failing rate, never above
+    search.observe(step(math.sqrt(8.0), 100.0))
     assert search.next_rate() is None
-    assert search.result().reason == "3 request(s) failed at 4 req/s"
-    assert search.result().capacity == 2.0
+    found = search.result()
+    assert found.reason == "bracketed to 50%; 3 request(s) failed at 4 req/s"
+    assert found.capacity == pytest.approx(math.sqrt(8.0))
+    assert found.limiting == "saturation"
 
 
 def test_a_slo_missed_at_the_start_steps_down() -> None:

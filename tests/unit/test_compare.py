@@ -7,7 +7,7 @@ import itertools
 import pytest
 
 from daemon.experiments.compare import Measured, compare
-from daemon.experiments.judge import ASSUMED_NOISE
+from daemon.experiments.metric_judge import ASSUMED_NOISE
 
 _ids = itertools.count(100, -1)  # newest first: ids fall as the list goes on
 

@@ -20,6 +20,7 @@ from daemon.core.errors import K25Error
 from daemon.host.calibration import RATE_KEYS, interpreter_of, measure
 from daemon.parking import costs, rates
 from daemon.parking.costs import DEFAULT_RATES, GIB, Shape
+from daemon.parking.forecast import outside, said
 from tests.conftest import ROOT
 
 K25 = str(Path(sys.executable).parent / "k25-ctl")
@@ -81,9 +82,11 @@ def test_rates_are_stored_with_their_time_and_the_defaults_say_so(tmp_path: Path
     assert DEFAULT_RATES.measured_at is None
     measured = {k: float(i + 1) for i, k in enumerate(RATE_KEYS)}
     at = datetime(2026, 12, 4, 17, 0, tzinfo=UTC)
-    saved = rates.save(tmp_path, measured, python="/opt/vllm/bin/python", now=at)
+    spread = {"pin_process": (0.5, 1.5)}
+    saved = rates.save(tmp_path, measured, python="/opt/vllm/bin/python", ranges=spread, now=at)
     again = rates.load(tmp_path)
     assert again == saved
+    assert again.ranges == spread
     assert (again.pin_process, again.disk, again.measured_at) == (1.0, 8.0, at)
     assert json.loads((tmp_path / rates.FILE).read_text())["python"] == "/opt/vllm/bin/python"
     (tmp_path / rates.FILE).write_text("{not json")
@@ -112,11 +115,13 @@ def test_the_measurement_runs_with_the_given_interpreter(tmp_path: Path) -> None
     """A stand-in interpreter that answers as the script would: its JSON is read; a failing one is said
     with its output; a missing one names --python."""
     fake = tmp_path / "python-fake"
-    line = json.dumps({k: 2.0 for k in RATE_KEYS} | {"gib": 1})
+    ranges = {k: [1.5, 2.5] for k in RATE_KEYS}
+    line = json.dumps({k: 2.0 for k in RATE_KEYS} | {"gib": 1, "ranges": ranges})
     fake.write_text(f"#!/bin/sh\necho noise\necho '{line}'\n")
     fake.chmod(0o755)
     got = measure(str(fake), gib=1, processes=2, threads=8, file=tmp_path / "f", timeout_s=30)
-    assert got == {k: 2.0 for k in RATE_KEYS}
+    assert got.rates == {k: 2.0 for k in RATE_KEYS}
+    assert got.ranges == {k: (1.5, 2.5) for k in RATE_KEYS}
     broken = tmp_path / "python-broken"
     broken.write_text("#!/bin/sh\necho 'ModuleNotFoundError: No module named torch' >&2\nexit 1\n")
     broken.chmod(0o755)
@@ -209,3 +214,25 @@ def test_auto_chooses_a_level_and_says_why() -> None:
         "level 1: park 36.6s, wake 1.4s, 547.0 GB pinned; level 2: park 0.0s, wake 9.6s, 0.0 GB pinned"
         in text
     )
+
+
+def test_a_calibration_that_swings_predicts_a_range_and_a_park_outside_it_is_said() -> None:
+    """One process's default pinning read 1.08, 1.83 and 1.60 GiB/s in three runs on one H100 host: the
+    median predicts, the lowest and highest bound the prediction, and a park outside them is said."""
+    swinging = CALIBRATED | {"pin_process": 1.60}
+    r = costs.HostRates.of(swinging, ranges={"pin_process": (1.08, 1.83)})
+    shape = costs.Shape(int(6 * costs.GIB), workers=1, gpus=1)
+    way = costs.spread(lambda rates: costs.level1_first(shape, rates, registered=False), r)
+    low, high = way.range_of(wake=False)
+    copy = 6 / CALIBRATED["device_to_host"]
+    assert low == pytest.approx(6 / 1.83 + copy)
+    assert high == pytest.approx(6 / 1.08 + copy)
+    assert low < way.park_s < high
+    assert way.range_of(wake=True) == (way.wake_s, way.wake_s)  # the copies' rates did not swing
+    assert "outside" not in said(4.5, way, wake=False)
+    assert "[3.4, 5.7]" in said(4.5, way, wake=False)
+    slow = said(6.9, way, wake=False)  # measured / predicted 1.38 on the H100
+    assert "outside the range the calibrated rates imply" in slow
+    assert outside(2.5, way, wake=False)
+    unranged = costs.level1_first(shape, costs.HostRates.of(swinging), registered=False)
+    assert not outside(99.0, unranged, wake=False)  # one reading: nothing to say it moved

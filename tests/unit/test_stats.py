@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from daemon.experiments.stats import drift, ratio_of_means, ratio_of_rates, requests_for, rounds_for, spread
-from daemon.experiments.verdict import Judged, Verdict
+from daemon.experiments.verdict_types import Judged, Verdict
 
 CV = 0.10  # per-request spread of a latency like TPOT on a busy engine
 

@@ -13,9 +13,9 @@ from daemon.core.errors import InvalidInput
 from daemon.core.profiles import LoadedProfile
 from daemon.engines.checks import parse_checked_profile
 from daemon.experiments.compare import Measured, predicted_lengths
+from daemon.experiments.per_request import Samples
 from daemon.experiments.sweep.ranking import parse_metric, sweep_result
 from daemon.experiments.sweep.variants import Scalar, derive, parse_vary
-from daemon.experiments.verdicts import Samples
 from k25_sandbox.fake_stats import Draw, FakeConfig, Stats
 
 STOCK = Path(__file__).resolve().parents[2] / "profiles"

@@ -11,7 +11,7 @@ import pytest
 
 from daemon.core.jsontypes import RequestRow
 from daemon.experiments.compare import Comparison, Row
-from daemon.experiments.verdicts import ONE_ROUND, Memo, Samples, judge_rows, samples_of, verdict_lines
+from daemon.experiments.per_request import ONE_ROUND, Memo, Samples, judge_rows, samples_of, verdict_lines
 
 
 def _row(profile: str, run_ids: list[int]) -> Row:

@@ -33,7 +33,7 @@ from daemon.core.errors import NotFound
 from daemon.core.jsontypes import VllmSummary
 from daemon.core.run_types import RunKind
 from daemon.experiments.compare import Comparison, mean, predicted_below
-from daemon.experiments.judging import Judging
+from daemon.experiments.comparison_read import Judging
 from daemon.experiments.request import ExperimentRequest
 from daemon.experiments.service import Experiments
 from daemon.experiments.sweep.ranking import parse_metric

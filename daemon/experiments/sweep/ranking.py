@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from daemon.core.errors import InvalidInput
 from daemon.core.jsontypes import StoredJson, VllmSummary
 from daemon.experiments.compare import Measured, cv, mean, per_position, predicted_fewer
-from daemon.experiments.judge import judge, noise_band
+from daemon.experiments.metric_judge import judge, noise_band
+from daemon.experiments.per_request import Samples, by_round
 from daemon.experiments.sweep.variants import value_text
-from daemon.experiments.verdict import Verdict
-from daemon.experiments.verdicts import Samples, by_round
+from daemon.experiments.verdict_types import Verdict
 
-# The per-request figure each metric is judged on (benchmark/verdicts.py): its statistical verdict.
+# The per-request figure each metric is judged on (experiments/per_request.py): its statistical verdict.
 FAMILY = {"throughput": "throughput", "tpot": "tpot", "ttft": "ttft", "itl": "itl"}
 # name -> (summary key, higher is better, what it reads as)
 METRICS = {

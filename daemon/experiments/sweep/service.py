@@ -22,9 +22,9 @@ from daemon.core.profiles import NAME_RE, LoadedProfile, ProfileSet
 from daemon.core.run_types import Outcome, RunKind
 from daemon.engines import engine_for
 from daemon.experiments.compare import Measured, finished
+from daemon.experiments.per_request import samples_of
 from daemon.experiments.sweep.ranking import Metric, SweepResult, sweep_result
 from daemon.experiments.sweep.variants import Scalar, Sweep, derive
-from daemon.experiments.verdicts import samples_of
 from daemon.store.bench import BenchStore
 
 log = logging.getLogger("k25.bench")

@@ -1,5 +1,5 @@
-"""The one Verdict, from the judge (experiments/judge.py) to the store's records, the API, the CLI and the
-page, and what one judged metric holds (Judged). Pure types."""
+"""The one Verdict, from the judge (experiments/metric_judge.py) to the store's records, the API, the CLI and
+the page, and what one judged metric holds (Judged). Pure types."""
 
 from __future__ import annotations
 

@@ -9,7 +9,7 @@ import math
 from collections.abc import Mapping, Sequence
 
 from daemon.experiments import stats
-from daemon.experiments.verdict import Judged, Verdict
+from daemon.experiments.verdict_types import Judged, Verdict
 
 # Each side's per-request figures by metric, and how many of each came from each round (in order).
 Figures = tuple[Mapping[str, Sequence[float]], Mapping[str, Sequence[int]]]

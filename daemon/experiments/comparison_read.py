@@ -1,12 +1,12 @@
 """The comparison as the API, the CLI and an experiment's last event show it: the stored benchmarks read,
-compared (benchmark/compare.py), and judged from their requests (benchmark/verdicts.py)."""
+compared (experiments/compare.py), and judged from their requests (experiments/per_request.py)."""
 
 from __future__ import annotations
 
 import asyncio
 
 from daemon.experiments.compare import Comparison, compare, finished
-from daemon.experiments.verdicts import Memo, judge_rows, samples_of
+from daemon.experiments.per_request import Memo, judge_rows, samples_of
 from daemon.store.bench import BenchmarkView, BenchStore
 
 COMPARE_WINDOW = 500  # newest benchmarks compare reads

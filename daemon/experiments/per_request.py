@@ -1,7 +1,7 @@
-"""The comparison's verdicts from per-request figures (#37), pure: each profile's requests against the
-baseline's, pooled over its repeats, round by round, judged by the one judge (experiments/judge.py).
-Output throughput (the requests' tokens over their seconds), TTFT, TPOT, ITL and E2E latency. A row
-without enough requests keeps the noise-band verdict."""
+"""The comparison's verdicts from per-request figures (verdicts that say how sure they are), pure: each
+profile's requests against the baseline's, pooled over its repeats, round by round, judged by the one judge
+(experiments/metric_judge.py). Output throughput (the requests' tokens over their seconds), TTFT, TPOT, ITL
+and E2E latency. A row without enough requests keeps the noise-band verdict."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ from dataclasses import dataclass
 from daemon.core.jsontypes import RequestRow
 from daemon.experiments import stats
 from daemon.experiments.compare import Comparison, Row
-from daemon.experiments.judge import LOWER_IS_BETTER, Figures, judge
-from daemon.experiments.verdict import Judged
+from daemon.experiments.metric_judge import LOWER_IS_BETTER, Figures, judge
+from daemon.experiments.verdict_types import Judged
 
 # metric -> one figure per completed request; "tokens" and "seconds" paired (a request that generated
 # tokens), "throughput" each such request's own rate (for a drift over rounds)
