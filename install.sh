@@ -6,8 +6,9 @@
 #   sudo bash install.sh --uninstall [--purge]   remove the units, the venv and the command; --purge
 #                                                also the database, profiles, settings and token
 # Options: --prefix DIR (the venv and docs; default /opt/k25-ctl, or where an existing install is),
-# --no-start (install; start and restart nothing). PYTHON=/path/to/python3.x picks the interpreter
-# (default: the newest >= 3.11 on PATH).
+# --no-start (install; start and restart nothing), --wheels DIR (k25-ctl's packages from this folder of
+# wheels, not the package index: `pip wheel -w DIR . pip setuptools wheel` made it). PYTHON=/path/to/python3.x
+# picks the interpreter (default: the newest >= 3.11 on PATH).
 #
 # A second run with nothing new says "nothing to change". Existing profiles, settings and the token are
 # never overwritten. A vllm-kimi-k25-int4.service that is not k25-ctl's is kept and adopted (the baseline
@@ -26,7 +27,7 @@ BASELINE=vllm-kimi-k25-int4.service
 MARK="# Managed by k25-ctl's install.sh"
 STAMP=.k25-ctl-install # in the prefix: the fingerprint of the installed source
 
-START=1 DRY=0 UNINSTALL=0 PURGE=0 PREFIX_GIVEN=0
+START=1 DRY=0 UNINSTALL=0 PURGE=0 PREFIX_GIVEN=0 WHEELS=""
 changes=0 restart=0 adopted=0 py="" WORK="" SOURCE="" current=0
 
 say() { printf '%s\n' "$*"; }
@@ -37,7 +38,7 @@ die() {
   printf 'install: %b\n' "$*" >&2
   exit 1
 }
-usage() { sed -n '2,11p' "$0" | sed -E 's/^# ?//'; }
+usage() { sed -n '2,12p' "$0" | sed -E 's/^# ?//'; }
 
 # Every change goes through act: printed, and done unless --dry-run.
 act() {
@@ -57,6 +58,8 @@ while [ $# -gt 0 ]; do
     --prefix) [ $# -ge 2 ] || die "--prefix needs a directory"; PREFIX=$2 PREFIX_GIVEN=1; shift 2 ;;
     --prefix=*) PREFIX=${1#*=} PREFIX_GIVEN=1; shift ;;
     --no-start) START=0; shift ;;
+    --wheels) [ $# -ge 2 ] || die "--wheels needs a directory"; WHEELS=$2; shift 2 ;;
+    --wheels=*) WHEELS=${1#*=}; shift ;;
     --dry-run) DRY=1; shift ;;
     --uninstall) UNINSTALL=1; shift ;;
     --purge) PURGE=1; shift ;;
@@ -65,6 +68,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ "$PURGE" = 0 ] || [ "$UNINSTALL" = 1 ] || die "--purge goes with --uninstall"
+if [ -n "$WHEELS" ]; then
+  [ -d "$WHEELS" ] || die "--wheels $WHEELS: no such directory. Nothing was changed."
+  WHEELS=$(cd "$WHEELS" && pwd)
+fi
 case $PREFIX in
   /?*) PREFIX=${PREFIX%/} ;;
   *) die "--prefix must be an absolute directory, not '$PREFIX'" ;;
@@ -131,10 +138,19 @@ fetch_packages() {
   WORK=$(mktemp -d /tmp/k25-install.XXXXXX)
   mkdir "$WORK/src"
   cp -r "$SRC/daemon" "$SRC/migrations" "$SRC/units" "$SRC/pyproject.toml" "$SRC/README.md" "$WORK/src/"
-  say "fetching k25-ctl's packages (pip wheel; the package index must answer)"
-  local pip=("$WORK/pip/bin/python" -m pip -q --disable-pip-version-check)
-  if ! { "$py" -m venv "$WORK/pip" && "${pip[@]}" install --upgrade pip &&
-    "${pip[@]}" wheel -w "$WORK/wheels" "$WORK/src" pip; } >"$WORK/pip.log" 2>&1; then
+  local pip=("$WORK/pip/bin/python" -m pip -q --disable-pip-version-check) from=()
+  if [ -n "$WHEELS" ]; then
+    say "taking k25-ctl's packages from $WHEELS (no package index)"
+    from=(--no-index --find-links "$WHEELS")
+  else
+    say "fetching k25-ctl's packages (pip wheel; the package index must answer)"
+  fi
+  if ! { "$py" -m venv "$WORK/pip" && "${pip[@]}" install "${from[@]}" --upgrade pip &&
+    "${pip[@]}" wheel "${from[@]}" -w "$WORK/wheels" "$WORK/src" pip; } >"$WORK/pip.log" 2>&1; then
+    [ -z "$WHEELS" ] || die "cannot build k25-ctl from the wheels in $WHEELS; pip said:\n" \
+      "$(tail -n 4 "$WORK/pip.log")\nWhat to do: the folder needs a wheel of every package k25-ctl needs, and\n" \
+      "of pip, setuptools and wheel ('pip wheel -w $WHEELS <checkout> pip setuptools wheel' on a host\n" \
+      "with the index makes one), then run install.sh again. Nothing was changed."
     die "cannot get k25-ctl's packages from the package index; pip said:\n$(tail -n 4 "$WORK/pip.log")\n" \
       "What to do: check this host's network and proxy (https_proxy) and pip's index settings\n" \
       "('$py -m pip config list', PIP_INDEX_URL), then run install.sh again. Nothing was changed."

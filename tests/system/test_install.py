@@ -22,6 +22,7 @@ from k25_sandbox.layout import GPU_COUNT, REPO, fake_engine_profile
 from k25_sandbox.ports import free_port
 from tests.playbooks import Played, play
 from tests.sandboxing import Api
+from tests.wheelhouse import offline_env, wheelhouse
 
 pytestmark = pytest.mark.timeout(900)
 SIM = Path("/opt/k25-sim")  # inside the host: fake GPU devices and model folders
@@ -51,6 +52,12 @@ class Host:
     def install(
         self, *args: str, env: dict[str, str] | None = None, script: Path = REPO / "install.sh"
     ) -> str:
+        """install.sh with the test run's wheels (--wheels; an older install.sh: pip's environment)."""
+        wheels = wheelhouse()
+        if script == REPO / "install.sh":
+            args = ("--wheels", str(wheels), *args)
+        else:
+            env = offline_env(wheels) | (env or {})
         r = self.sh("bash", str(script), *args, env=env)
         assert r.returncode == 0, f"install.sh {' '.join(args)} failed:\n{r.stdout}\n{r.stderr}"
         return r.stdout
@@ -103,7 +110,7 @@ class Host:
         )
         (folder / "install.yml").write_text(
             "- hosts: all\n  gather_facts: false\n  roles:\n"
-            f"    - {{role: k25.ctl.install, k25_ctl_src: {src}}}\n"
+            f"    - {{role: k25.ctl.install, k25_ctl_src: {src}, k25_ctl_wheels: {wheelhouse()}}}\n"
         )
         return play(folder / "hosts.ini", str(folder / "install.yml"), *args, home=folder)
 

@@ -36,6 +36,10 @@ def test_bad_options_are_refused_before_any_check() -> None:
     r = _install("--prefix", "relative/dir")
     assert r.returncode == 1
     assert "--prefix must be an absolute directory" in r.stderr
+    r = _install("--wheels", "/nonexistent/wheels")
+    assert r.returncode == 1
+    assert "--wheels /nonexistent/wheels: no such directory" in r.stderr
+    assert "--wheels DIR" in _install("--help").stdout
     assert _install("--help").returncode == 0
 
 
