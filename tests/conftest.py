@@ -30,9 +30,10 @@ TIERS = ("system", "gpu", "web", "realengine")  # a tier's folder marks its test
 # real-engine module, 7 tests and the longest, started after twenty short ones): the longest modules
 # first, then tier by tier, so that the short unit and api modules fill the end.
 ORDER = ("realengine", "system", "web", "api", "unit", "gpu")
-LONGEST = (  # seconds on a CI run, roughly: 300, 260, 250, 185, 175, 160, 150, then 85-140 each
+LONGEST = (  # seconds on a CI run, roughly: 300, 260, 250, 240, 185, 175, 160, 150, then 85-140 each
     "tests/system/test_install.py",
     "tests/realengine/test_real_vllm.py",
+    "tests/system/test_capacity.py",
     "tests/system/test_park.py",
     "tests/system/test_bench.py",
     "tests/system/test_fleet.py",
@@ -41,7 +42,6 @@ LONGEST = (  # seconds on a CI run, roughly: 300, 260, 250, 185, 175, 160, 150, 
     "tests/system/test_sweep.py",
     "tests/system/test_capture.py",
     "tests/system/test_watch.py",
-    "tests/system/test_capacity.py",
 )
 
 
