@@ -1,11 +1,13 @@
-"""Capacity under an SLO and two profiles across load (issue 53), against fake engines that batch: a decode
-step takes 1 + running x (1 + drafts) / knee times an empty engine's, so latency grows with load and a
-speculative profile's verify step fills the batch sooner.
+"""Capacity under an SLO and two profiles across load, against fake engines that batch: a decode step takes
+1 + running x (1 + drafts) / knee times an empty engine's, so latency grows with load and a speculative
+profile's verify step fills the batch sooner.
 
-- batchy (50 tok/s, knee 4, 16 tokens a request): mean TPOT = 1 / (50 (1 - 16 x / (50 x 4))) at x req/s
-  (Little's law), so its capacity under tpot_mean_ms=50 is 4 x 1.5 / (16 x 0.05) = 7.5 req/s.
-- queuey (the same, at most 2 requests running): it serves 2 x 50 / (16 x 1.5) = 4.2 req/s; past that its
-  queue grows without bound while each running request's TPOT (30 ms) stays within the SLO.
+- batchy (100 tok/s, knee 4, 16 tokens a request): mean TPOT = 1 / (100 - 4 x) at x req/s (Little's law,
+  mean field), so its capacity under tpot_mean_ms=50 is (100 - 20) / 4 = 20 req/s. Fast, so that a step
+  of 120 steady-state requests takes seconds.
+- queuey (the same, at most 2 requests running): it serves at most 2 x 100 / (16 x 1.5) = 8.3 req/s (less:
+  each request's own overhead); past that its queue grows without bound while each running request's TPOT
+  (15 ms) stays within the SLO.
 - flat (100 tok/s, knee 16) against flat-eagle (3 drafts at 0.4 each: 2.2 tokens a step, a draft costs
   0.1 of a step): eagle's throughput over flat's is E (1 + c/16) / (1.3 (1 + 4c/16)) for E tokens a step
   (2.2 when no request's last step is cut short), 1 at c = 16 (E - 1.3) / (5.2 - E)."""
@@ -26,8 +28,8 @@ from k25_sandbox.fake_stats import Draw
 from tests.sandboxing import Api, inside, with_profiles
 from tests.system.test_api_cli import _cli
 
-KNOWN_CAPACITY = 7.5
-SERVES = 2 * 50 / (16 * 1.5)
+KNOWN_CAPACITY = 20.0
+SERVES = 2 * 100 / (16 * 1.5)
 LEVELS = [1, 2, 4, 8, 16]
 REQUESTS = 40
 SEARCH = {"num_prompts": REQUESTS, "max_tokens": 16, "warmups": 1, "slo": "tpot_mean_ms=50"}
@@ -36,8 +38,8 @@ SEARCH = {"num_prompts": REQUESTS, "max_tokens": 16, "warmups": 1, "slo": "tpot_
 @pytest.fixture(scope="module")
 def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
     profiles: dict[str, dict[str, Any]] = {
-        "batchy": {"rate": 50.0, "engine_args": ("--batch-knee", "4")},
-        "queuey": {"rate": 50.0, "engine_args": ("--batch-knee", "4", "--max-running", "2")},
+        "batchy": {"rate": 100.0, "engine_args": ("--batch-knee", "4")},
+        "queuey": {"rate": 100.0, "engine_args": ("--batch-knee", "4", "--max-running", "2")},
         "flat": {"rate": 100.0, "engine_args": ("--batch-knee", "16")},
         "flat-eagle": {
             "rate": 100.0,
@@ -91,7 +93,7 @@ def test_the_capacity_search_finds_the_known_capacity(api: Api) -> None:
     and interval; the answer's bracket holds the known capacity and its estimate lies near it (the
     statistics are proven against known physics in tests/unit/test_capacity_physics.py)."""
     api.activate("batchy")
-    cfg = {"start_rate": 4.0, "resolution": 0.2, "extend": 3, "max_steps": 5}
+    cfg = {"start_rate": 10.0, "resolution": 0.2, "extend": 3, "max_steps": 5}
     b = _bench(api, SEARCH | {"capacity": cfg})
     found = b["capacity"]
     assert found is not None, {k: b.get(k) for k in ("outcome", "error", "detail")}
@@ -120,7 +122,7 @@ def test_an_over_saturated_engine_is_bisected_below_the_queue(api: Api) -> None:
     """Past what it serves the queue grows while TPOT stays within the SLO: the search goes on below the
     first step that shows it, never above, and says saturation bounded it."""
     api.activate("queuey")
-    spec = SEARCH | {"num_prompts": 30, "capacity": {"start_rate": 3.0, "resolution": 0.1, "extend": 1}}
+    spec = SEARCH | {"num_prompts": 30, "capacity": {"start_rate": 6.0, "resolution": 0.1, "extend": 1}}
     b = _bench(api, spec)
     found = b["capacity"]
     assert found is not None, {k: b.get(k) for k in ("outcome", "error", "detail")}
