@@ -10,9 +10,10 @@ still says which way to look: the search goes on from it (within its figure: up;
 answer's bracket is only ever made of decided steps, so it holds the limit at the steps' confidence.
 
 A step that shows the engine over-saturated counts as missed, whatever its SLO figures: errors that the
-proven rate did not have, or a queue that grows without bound (the step's late requests wait for their
-first token `QUEUE_GROWTH` times longer than its early ones while the engine completes requests slower
-than they arrive), the signal GuideLLM's sweep stops on (guidellm#242). The search then bisects below that
+proven rate did not have, or a queue that grows without bound (while the engine completes requests slower
+than they arrive, the step's late requests wait for their first token longer than its early ones, at the
+pace the missing completions imply: capacity_step.falling_behind), the signal GuideLLM's sweep stops on
+(guidellm#242). The search then bisects below that
 rate, never above it, and says that saturation bounded it (stopping there answered 2 req/s for an engine
 that serves 2.9).
 
@@ -33,7 +34,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from daemon.core.jsontypes import VllmSummary
-from daemon.measure.capacity_step import falling_behind
+from daemon.measure.capacity_step import QueueTrend, falling_behind
 from daemon.measure.slo import Slo
 from daemon.measure.slo import parse as parse_slo
 from daemon.store.bench import BenchmarkView
@@ -77,8 +78,7 @@ class StepFigures:
     met: bool
     missed: list[str]
     achieved: float  # completed requests per second (in the steady state where measured so)
-    queue_growth: float | None  # late requests' median TTFT over early ones'
-    queue_s: float  # how much (seconds) the late requests' median TTFT exceeds the early ones'
+    queue: QueueTrend  # how the wait for a first token moved across the step
     failed: int
     limits: dict[str, float]  # each bound's key -> the level's figure over the bound (1: at the limit)
     undecided: bool = False  # the figures' intervals still held a bound at the most requests allowed
@@ -124,7 +124,7 @@ def figures(rate: float, summary: VllmSummary, slo: Slo) -> StepFigures:
         if value is not None:
             limits[b.key] = float(value) / b.ms
     duration = float(summary.get("duration") or 0.0)
-    growth = summary.get("queue_growth")
+    growth, per_s = summary.get("queue_growth"), summary.get("queue_growth_per_s")
     steady = summary.get("steady_throughput")  # a steady-state step's; older ones: over the level
     achieved = int(summary.get("completed") or 0) / duration if duration > 0 else 0.0
     return StepFigures(
@@ -132,8 +132,11 @@ def figures(rate: float, summary: VllmSummary, slo: Slo) -> StepFigures:
         met=bool(summary.get("slo_met")),
         missed=list(summary.get("slo_missed") or []),
         achieved=float(steady) if steady is not None else achieved,
-        queue_growth=None if growth is None else float(growth),
-        queue_s=float(summary.get("queue_growth_s") or 0.0),
+        queue=QueueTrend(
+            None if growth is None else float(growth),
+            float(summary.get("queue_growth_s") or 0.0),
+            None if per_s is None else float(per_s),
+        ),
         failed=int(summary.get("failed") or 0),
         limits=limits,
         undecided=summary.get("slo_decision") == "undecided",
@@ -145,10 +148,10 @@ def saturated(step: StepFigures, proven: StepFigures | None) -> str | None:
     """Why this step shows an over-saturated engine; None: it does not."""
     if step.failed and (proven is None or not proven.failed):
         return f"{step.failed} request(s) failed at {step.rate:.3g} req/s"
-    if falling_behind(step.queue_growth, step.queue_s, step.achieved, step.rate):
+    if falling_behind(step.queue, step.achieved, step.rate):
         return (
             f"over-saturated at {step.rate:.3g} req/s: {step.achieved:.3g} req/s completed while the queue "
-            f"grew (late requests waited {step.queue_growth:.1f}x as long for a first token)"
+            f"grew (late requests waited {step.queue.seconds:.2g} s longer for a first token)"
         )
     return None
 

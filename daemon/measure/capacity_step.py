@@ -3,7 +3,9 @@ an over-saturated engine; and what its level's summary keeps of that, so a store
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from daemon.core.jsontypes import VllmSummary
 from daemon.measure import steady
@@ -15,27 +17,44 @@ QUEUE_GROWTH = 2.0  # late requests' TTFT over early ones' that says the queue i
 KEEPING_UP = 0.9  # completions per second over arrivals per second below which the engine falls behind
 MIN_QUEUE_S = 0.05  # a TTFT growth smaller than this (seconds) is noise, not a queue
 GROWN_S = 1.0  # a TTFT growth this long (seconds) is a queue whatever the wait it grew from
+# A queue fed faster than it drains makes each later arrival wait (rate / served - 1) seconds longer per
+# second of sending; a wait that grew at least this share of that pace is that queue, however short the
+# window (a 2.5 s window at 12 req/s into an engine serving 8 grows the wait by only 0.75 s).
+DEFICIT_SHARE = 0.5
 
 
-def queue_trend(records: Sequence[RequestRecord]) -> tuple[float | None, float]:
-    """The median TTFT of the last third of requests (by when they were sent) over the first third's, and
-    the difference in seconds; (None, 0) with too few answers."""
+@dataclass(frozen=True)
+class QueueTrend:
+    """How the wait for a first token moved across a window: the late third of requests (by when they were
+    sent) against the early third."""
+
+    ratio: float | None  # late median TTFT over early median TTFT (None: too few answers, or no early wait)
+    seconds: float  # late median TTFT minus early median TTFT
+    per_s: float | None = None  # that difference per second between the thirds' median sending times
+
+
+def queue_trend(records: Sequence[RequestRecord]) -> QueueTrend:
+    """The TTFT trend of a window's answered requests."""
     done = sorted((r for r in records if r.ok and r.ttft is not None), key=lambda r: r.sent)
     third = len(done) // 3
     if third < 2:
-        return None, 0.0
+        return QueueTrend(None, 0.0)
     early = percentile([r.ttft or 0.0 for r in done[:third]], 50)
     late = percentile([r.ttft or 0.0 for r in done[-third:]], 50)
-    return (late / early if early > 0 else None), late - early
+    gap = percentile([r.sent for r in done[-third:]], 50) - percentile([r.sent for r in done[:third]], 50)
+    seconds = late - early
+    return QueueTrend(late / early if early > 0 else None, seconds, seconds / gap if gap > 0 else None)
 
 
-def falling_behind(growth: float | None, growth_s: float, achieved: float, rate: float) -> bool:
-    """A queue that grows while the engine completes requests slower than they arrive. In a steady window
-    the late requests' wait may be long already at its start, so a grown wait counts in seconds too: a
-    deficit of completions that long is a queue, not noise."""
-    if growth_s < MIN_QUEUE_S or achieved >= KEEPING_UP * rate:
+def falling_behind(trend: QueueTrend, achieved: float, rate: float) -> bool:
+    """A queue that grows while the engine completes requests slower than they arrive: the wait grew twice
+    over, or by a second, or at least DEFICIT_SHARE of the pace the missing completions imply."""
+    if trend.seconds < MIN_QUEUE_S or achieved >= KEEPING_UP * rate:
         return False
-    return (growth is not None and growth >= QUEUE_GROWTH) or growth_s >= GROWN_S
+    if (trend.ratio is not None and trend.ratio >= QUEUE_GROWTH) or trend.seconds >= GROWN_S:
+        return True
+    deficit = rate / achieved - 1.0 if achieved > 0 else math.inf
+    return trend.per_s is not None and trend.per_s >= DEFICIT_SHARE * deficit
 
 
 def _error_share(records: Sequence[RequestRecord]) -> float:
@@ -55,8 +74,7 @@ class StepJudge:
         if not measured:
             return False
         span = range(min(r.index for r in measured), max(r.index for r in measured) + 1)
-        growth, growth_s = queue_trend(measured)
-        return falling_behind(growth, growth_s, steady.steady_throughput(ended, span), self.rate)
+        return falling_behind(queue_trend(measured), steady.steady_throughput(ended, span), self.rate)
 
     def decide(self, measured: list[RequestRecord], ended: list[RequestRecord]) -> steady.Decision:
         slo = self.slo
@@ -70,7 +88,7 @@ def summary_of(step: steady.SteadyStep, slo: Slo, rate: float, seed: int) -> Vll
     measured, span = step.measured, step.window.span
     found = steady.intervals(measured, slo, rate, seed)
     decision = step.decision or steady.Decision.UNDECIDED
-    growth, growth_s = queue_trend(measured)
+    trend = queue_trend(measured)
     ended = list(step.ended.values())
     served = 0.0 if span is None else steady.steady_throughput(ended, span)
     out: VllmSummary = {
@@ -78,9 +96,10 @@ def summary_of(step: steady.SteadyStep, slo: Slo, rate: float, seed: int) -> Vll
         "slo_intervals": {i.key: [i.low, i.high] for i in found},
         "warmup_requests": step.window.warm,
         "steady_throughput": served,
-        "over_saturated": falling_behind(growth, growth_s, served, rate),
-        "queue_growth": growth,
-        "queue_growth_s": growth_s,
+        "over_saturated": falling_behind(trend, served, rate),
+        "queue_growth": trend.ratio,
+        "queue_growth_s": trend.seconds,
+        "queue_growth_per_s": trend.per_s,
         "slo_met": decision is steady.Decision.MET,
     }
     if decision is steady.Decision.UNDECIDED:

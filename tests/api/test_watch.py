@@ -57,6 +57,8 @@ async def test_a_crash_fails_the_host_then_rolls_back(env: Env) -> None:
     # on_failure defaults to rollback for a profile that is not the default: baseline again, linked.
     await _until(env, lambda s: s["state"] == "active" and s["active_profile"] == "baseline", "rolled back")
     rb = next(r for r in await _runs(env) if r["kind"] == "rollback")
+    # The host reads active when the engine is; the run's record ends just after it.
+    rb = await wait_run(env, rb["id"])
     assert (rb["parent_id"], rb["from_profile"], rb["outcome"]) == (serving_id, "alpha", "active")
 
 

@@ -8,7 +8,8 @@ import pytest
 from pydantic import ValidationError
 
 from daemon.measure.capacity import CapacitySearch, Search, StepFigures, replay
-from daemon.measure.capacity_step import KEEPING_UP
+from daemon.measure.capacity_step import KEEPING_UP, QueueTrend, falling_behind, queue_trend
+from daemon.measure.metrics import RequestRecord
 from daemon.measure.slo import parse
 from daemon.measure.spec import BenchmarkSpec
 
@@ -27,8 +28,7 @@ def step(rate: float, capacity: float, *, saturates: float | None = None) -> Ste
         met=ratio <= 1,
         missed=[] if ratio <= 1 else [f"p95_tpot_ms {ratio * 50:.1f} > 50"],
         achieved=min(rate, saturates) if over and saturates else rate * 0.97,
-        queue_growth=4.0 if over else 1.05,
-        queue_s=0.4 if over else 0.001,
+        queue=QueueTrend(4.0, 0.4, 0.3) if over else QueueTrend(1.05, 0.001, 0.0),
         failed=0,
         limits={"p95_tpot_ms": ratio},
     )
@@ -144,8 +144,9 @@ def test_a_stored_search_replays_to_the_same_answer() -> None:
                 "completed": 10,
                 "duration": 10 / s.achieved,
                 "failed": 0,
-                "queue_growth": s.queue_growth,
-                "queue_growth_s": s.queue_s,
+                "queue_growth": s.queue.ratio,
+                "queue_growth_s": s.queue.seconds,
+                "queue_growth_per_s": s.queue.per_s,
             },
         )
         for s in live.steps
@@ -165,3 +166,30 @@ def test_a_capacity_spec_needs_an_slo_and_chooses_its_own_rates() -> None:
         BenchmarkSpec.model_validate({"capacity": {}, "slo": "tpot_p95_ms=50", "request_rate": [1.0]})
     spec = BenchmarkSpec.model_validate({"capacity": {"start_rate": 3.0}, "slo": "tpot_p95_ms=50"})
     assert spec.levels() == [(None, 3.0)]
+
+
+def _arrivals(rate: float, served: float, n: int, wait0: float) -> list[RequestRecord]:
+    """n requests sent at `rate` into a queue drained at `served` (wait0 s before the first token when
+    idle): each waits for those ahead of it that the engine has not yet completed."""
+    out = []
+    for i in range(n):
+        sent = i / rate
+        backlog = max(0.0, i - served * sent)
+        out.append(RequestRecord(index=i, sent=sent, ttft=wait0 + backlog / served, e2el=1.0))
+    return out
+
+
+def test_a_short_window_into_a_falling_behind_engine_shows_its_queue() -> None:
+    """30 requests at 12 req/s into an engine serving 8.3 (the window a loaded CI machine measured): the
+    wait grew 0.75 s, under a second and not twice over, yet at the pace the missing completions imply."""
+    records = _arrivals(12.0, 8.3, 30, wait0=1.5)
+    trend = queue_trend(records)
+    assert trend.ratio is not None
+    assert trend.ratio < 2.0
+    assert trend.seconds < 1.0
+    assert falling_behind(trend, 8.3, 12.0)
+    # Keeping up (a flat wait), or completing 9 in 10 of the arrivals: no queue.
+    assert not falling_behind(queue_trend(_arrivals(8.0, 8.3, 30, wait0=1.5)), 8.0, 8.0)
+    assert not falling_behind(trend, 11.0, 12.0)
+    # A wait that drifts up by noise while completions lag: far under the pace a queue would grow at.
+    assert not falling_behind(QueueTrend(1.1, 0.1, 0.05), 8.3, 12.0)

@@ -19,7 +19,7 @@ def test_the_newest_sweep_is_charted_per_axis_with_its_best(
     page = strict_page
     api.activate("baseline")
     body = {"profiles": ["drafty"], "vary": {"spec-tokens": [1, 2], "draft-cost": [0.25, 1.0]}, "repeats": 2,
-            "benchmark": {"concurrency": [1], "num_prompts": 2, "max_tokens": 64, "warmups": 0}}  # fmt: skip
+            "benchmark": {"concurrency": [1], "num_prompts": 2, "max_tokens": 128, "warmups": 0}}  # fmt: skip
     r = api.client.post("/experiments", json=body)
     assert r.status_code == 202, r.text
     exp_id = r.json()["run_id"]
