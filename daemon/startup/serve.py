@@ -56,11 +56,17 @@ def serve() -> int:
     return 0
 
 
+KEEP_ALIVE_S = 75  # seconds; nginx's default, well above the clients' 5
+
+
 def uvicorn_config(app: FastAPI) -> uvicorn.Config:
     """How the daemon's one uvicorn serves. log_config=None: uvicorn's own lines go through the daemon's
     journal-aware logging. Open event streams get 1 s after a stop before uvicorn cancels them: a restart
     never waits on a tab. httptools: the C parser (a mirror's 500 requests/s cost h11 half a core), with
-    the request's head capped (header_limit.py); the loop stays asyncio's."""
+    the request's head capped (header_limit.py); the loop stays asyncio's. Idle keep-alive connections are
+    kept KEEP_ALIVE_S, longer than clients keep them (httpx: 5 s, uvicorn's own default): a client never
+    reuses a connection the server is closing at that moment (seen as "Server disconnected without sending
+    a response" on a loaded host)."""
     return uvicorn.Config(
         app,
         http=HeadLimitedProtocol,
@@ -69,4 +75,5 @@ def uvicorn_config(app: FastAPI) -> uvicorn.Config:
         access_log=False,
         log_config=None,
         timeout_graceful_shutdown=1,
+        timeout_keep_alive=KEEP_ALIVE_S,
     )

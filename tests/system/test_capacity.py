@@ -140,10 +140,13 @@ def test_an_over_saturated_engine_is_bisected_below_the_queue(api: Api) -> None:
     assert low is not None
     assert high is not None
     assert high <= low * 1.1 + 1e-9  # bisected to the resolution, not stopped at the first queue
-    # What the engine served while its queue grew (below SERVES, which leaves out each request's own
-    # overhead): the answer lies within the resolution below it, at most the detector's tolerance above.
+    # What the engine served while its queue grew (at most SERVES, which leaves out each request's own
+    # overhead): the answer lies within the resolution below it, at most the detector's tolerance above
+    # (a rate a few percent past what it serves grows a queue too slowly for a step of 30 requests to
+    # show: 8.49 req/s against 8.33 was met beside the whole suite on 2 cores).
     served = min(lv["summary"]["steady_throughput"] for lv in b["levels"] if lv["request_rate"] in over)
-    assert served / 1.1 <= low <= min(served / KEEPING_UP, SERVES), (served, low)
+    assert served <= SERVES * 1.05, served
+    assert served / 1.1 <= low <= served / KEEPING_UP, (served, low)
 
 
 def test_an_experiment_across_levels_finds_the_known_crossover(api: Api, tmp_path: Path) -> None:
