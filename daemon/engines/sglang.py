@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from dataclasses import replace
+from pathlib import PurePath
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
@@ -74,10 +76,20 @@ FLAG_ENABLE_LORA = "--enable-lora"
 FLAG_LORA_PATHS = "--lora-paths"
 # POST: drops the radix cache (python/sglang/srt/entrypoints/http_server.py).
 PATH_FLUSH_CACHE = "/flush_cache"
+# The engine as installed (docs/engines.md, "Engines as installed"): its package, and its server's entry:
+# `python -m sglang.launch_server` (or the launch_server.py script, or `sglang serve` of the newer CLI),
+# whose plain argparse `--help` lists every flag.
+DISTRIBUTIONS = ("sglang",)
+ENTRY_MODULE = "launch_server"
+ENTRY_CLI = ("sglang", "serve")
+HELP = ("--help",)
 
 
 class SglangEngine(Engine):
     name = "sglang"
+    label = "SGLang"
+    distributions = DISTRIBUTIONS
+    help_args = HELP
     # The native /generate answers with meta_info.completion_tokens and spec_verify_ct (the verify steps
     # of the request); the OpenAI routes do not pass them on (entrypoints/openai/serving_completions.py).
     verify_source = "per request: meta_info.spec_verify_ct of SGLang's native /generate"
@@ -137,6 +149,15 @@ class SglangEngine(Engine):
         StageRule("weights", re.compile(r"Load weight end\."), mark="end"),
         StageRule("graphs", re.compile(r"Capture cuda graph end\. Time elapsed: (?P<secs>[\d.]+) s")),
     )
+
+    def entry_end(self, words: Sequence[str]) -> int | None:
+        for i, w in enumerate(words):
+            name = PurePath(w).name.removesuffix(".py").rsplit(".", 1)[-1]
+            if name == ENTRY_MODULE:
+                return i + 1
+            if w == ENTRY_CLI[1] and i > 0 and PurePath(words[i - 1]).name == ENTRY_CLI[0]:
+                return i + 1
+        return None
 
     def render(self, profile: Profile) -> list[str]:
         argv = [

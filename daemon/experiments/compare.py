@@ -285,14 +285,32 @@ def compare(rows: list[Measured], *, baseline: str, spec_hash: str | None = None
     if base is None:
         out.notes.append(f"baseline {baseline!r} has no benchmark of this spec: no speedups")
     for profile, m in sorted(latest.items(), key=lambda kv: (kv[0] != baseline, kv[0])):
-        row = _row(profile, _group(m, rows))
+        group = _group(m, rows)
+        row = _row(profile, group)
         _verdict(row, base)
         out.rows.append(row)
+        out.notes += crossed_versions(profile, group)
+    out.notes += crossed_versions("the profiles compared", [latest[p] for p in sorted(latest)])
     if any(r.noise_assumed for r in out.rows if r.speedup is not None):
         out.notes.append(
             f"single runs have no measured spread: noise assumed {ASSUMED_NOISE:.0%} (use repeats)"
         )
     return out
+
+
+def crossed_versions(what: str, group: list[Measured]) -> list[str]:
+    """A note where the benchmarks of `group` ran on more than one version of one engine (an upgrade
+    between them: the difference may be the engine's, not the profile's)."""
+    seen: dict[str, set[str]] = {}
+    for m in group:
+        engine, version = m.provenance.get("engine"), m.provenance.get("engine_version")
+        if isinstance(engine, str) and isinstance(version, str):
+            seen.setdefault(engine, set()).add(version)
+    return [
+        f"{what} cross {engine} versions ({', '.join(sorted(versions))}): the engine changed between them"
+        for engine, versions in sorted(seen.items())
+        if len(versions) > 1
+    ]
 
 
 def _verdict(row: Row, base: Row | None) -> None:

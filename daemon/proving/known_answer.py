@@ -51,21 +51,23 @@ class KnownAnswers:
         prober: EnginePort,
         default_profile: str,
         profiles: Callable[[], ProfileSet],
+        engine_version: Callable[[str], str | None],
     ) -> None:
         self.store = store
         self.recorder = recorder  # an adopted engine's answer goes on its run's events
         self.prober = prober
         self.default_profile = default_profile
         self._profiles = profiles
+        self._engine_version = engine_version  # a profile's engine as installed: answers are kept per version
         self._rows: dict[AnswerKey, KnownAnswerRow] = {}
 
     async def load(self) -> None:
         self._rows = {r.key: r for r in await asyncio.to_thread(self.store.all)}
 
-    @staticmethod
-    def key(lp: LoadedProfile) -> AnswerKey:
+    def key(self, lp: LoadedProfile) -> AnswerKey:
         p = lp.profile
-        return AnswerKey(p.name, lp.sha256, argv_sha256(engine_for(p).argv(p)))
+        version = self._engine_version(p.name) or ""
+        return AnswerKey(p.name, lp.sha256, argv_sha256(engine_for(p).argv(p)), version)
 
     async def _ask(self, lp: LoadedProfile) -> tuple[Answer, ...]:
         """The fixed requests one after the other (a batch of one), within probe_timeout_s together.
@@ -101,6 +103,8 @@ class KnownAnswers:
         detail = f"known answer recorded: {shorten(answers[0].text)}; logprob tolerance {tolerance:.4g}"
         if why := differs(again, answers, "asked again", "first"):
             detail += f"; the cold engine answered differently when asked again: {why}"
+        if before is None:
+            detail += await self._against_other_version(run_id, lp, row.key, answers)
         if before is not None and (why := differs(answers, _decode(before), "now", "before")):
             log.warning(
                 "run %d: %s answers differently after a cold start of the same file and argv: %s "
@@ -113,6 +117,32 @@ class KnownAnswers:
             detail += f"; the same tokens as run {before.run_id}'s, logprobs within {moved:.4g} of them"
         await events.phase(Phase.PROBING, detail)
         await self._compare_with_default(run_id, lp, answers)
+
+    async def _against_other_version(
+        self, run_id: int, lp: LoadedProfile, key: AnswerKey, answers: tuple[Answer, ...]
+    ) -> str:
+        """The first answer of an engine version: how it differs from the newest other version's (an
+        upgrade moves kernels and numerics: information, not corruption)."""
+        try:
+            other = await asyncio.to_thread(self.store.other_version, key)
+        except StoreError:
+            return ""
+        if other is None:
+            return ""
+        old = other.key.engine_version or "an unknown version"
+        new = key.engine_version or "an unknown version"
+        why = differs(answers, _decode(other), new, old)
+        moved = fingerprint.largest(answers, _decode(other))
+        said = (
+            f"{why}; the largest logprob move {moved:.4g}"
+            if why
+            else f"the same tokens, logprobs within {moved:.4g}"
+        )
+        log.info(
+            "run %d: %s's first known answer under engine %s; against %s's (run %d): %s",
+            *(run_id, lp.profile.name, new, old, other.run_id, said),
+        )
+        return f"; the engine changed ({old} -> {new}): against run {other.run_id}'s answer: {said}"
 
     async def record_adopted(self, run_id: int, lp: LoadedProfile) -> None:
         """An engine started outside k25-ctl answers health: record its answer as after any cold start."""

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from daemon.core.errors import K25Error
 from daemon.core.settings import Settings
 from daemon.engines.client import EnginePort, Prober
+from daemon.host.engine_cli import EngineCli, LocalEngineCli
 from daemon.host.gpu import GpuView
 from daemon.host.journal import JournalctlJournal, JournalPort
 from daemon.host.memory import NoMemory, ProcessMemory, PsutilMemory, available_of
@@ -35,6 +36,7 @@ class HostPorts:
     timers: TimerPort = field(default_factory=NoTimers)  # transient systemd timers (scheduled experiments)
     memory: ProcessMemory = field(default_factory=NoMemory)  # engines' host RAM (the RAM ledger)
     available: Callable[[], int] = mem_available  # MemAvailable: the host's, or the memory cgroup's
+    engine_cli: EngineCli = field(default_factory=LocalEngineCli)  # the engines' own programs (help, version)
 
 
 def real_ports(settings: Settings) -> HostPorts:

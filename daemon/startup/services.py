@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import os
 from dataclasses import dataclass
 
 from daemon.api.controllers import Controllers
@@ -17,17 +18,11 @@ from daemon.api.controllers.runs import RunsController
 from daemon.api.controllers.status import StatusController
 from daemon.api.controllers.teardown import TeardownController
 from daemon.capture.sink import CaptureSink
-from daemon.core.command import k25_command
 from daemon.core.hoststate import StateHub
 from daemon.core.settings import Settings
-from daemon.datasets.service import Datasets
-from daemon.experiments.comparison_read import Judging
-from daemon.experiments.service import Experiments
-from daemon.experiments.sweep.service import Sweeps
-from daemon.experiments.timers import Schedules
 from daemon.host.pagecache import PageCache
-from daemon.measure.relative import RelativeThroughput
-from daemon.measure.runner import BenchmarkRunner
+from daemon.installed.cache import InstalledCache
+from daemon.installed.engines import InstalledEngines
 from daemon.parking import rates as park_rates
 from daemon.parking.budget import RamBudget, default_budget
 from daemon.parking.forecast import ParkForecast
@@ -40,12 +35,13 @@ from daemon.serving.policies import Incidents, Policies
 from daemon.serving.retention import retention
 from daemon.serving.units import UnitFollower
 from daemon.serving.watch import ServingWatch
-from daemon.startup.machine import HostPorts, hardware
+from daemon.startup.basics import Basics
+from daemon.startup.bench_build import build_bench
+from daemon.startup.machine import HostPorts
 from daemon.startup.replay import Replay, build_replay
 from daemon.status.exporter import K25Collector
 from daemon.status.inventory import Inventory
 from daemon.status.sampler import HostSampler
-from daemon.store.bench import BenchStore
 from daemon.store.known_answers import KnownAnswerStore
 from daemon.store.parked import ParkedStore
 from daemon.store.queries import Store
@@ -126,23 +122,18 @@ class Services:
         await self.host.prober.aclose()
 
 
-@dataclass(frozen=True)
-class _Basics:
-    """What every service below is built from (private to `build`: no service holds it)."""
-
-    s: Settings
-    host: HostPorts
-    recorder: RunRecorder
-    jobs: Jobs
-    inventory: Inventory
-    switch_host: SwitchHost
-
-
 async def build(settings: Settings, host: HostPorts) -> Services:
     store = await asyncio.to_thread(Store.open, settings.database_path)
     recorder = RunRecorder(store, StateHub(), held_retry_s=settings.store_retry_s)
     switch_host = SwitchHost(host.systemd, host.journal, host.teardown, host.prober)
-    b = _Basics(settings, host, recorder, Jobs(recorder.hub), Inventory(settings, host.systemd), switch_host)
+    installed = InstalledEngines(
+        host.engine_cli,
+        InstalledCache(settings.installed_cache_path),
+        os.environ,
+        settings.engine_help_timeout_s,
+    )
+    inventory = Inventory(settings, host.systemd, installed)
+    b = Basics(settings, host, recorder, Jobs(recorder.hub), inventory, switch_host)
     s, jobs, inventory = settings, b.jobs, b.inventory
     incidents = Incidents()
     warmer = Warmer(
@@ -158,6 +149,7 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         prober=host.prober,
         default_profile=s.default_profile,
         profiles=inventory.current,
+        engine_version=inventory.engine_version,
     )
     parking = _parking(b, answers, warmer)
     serving_store = ServingStore(store)
@@ -182,14 +174,14 @@ async def build(settings: Settings, host: HostPorts) -> Services:
     switcher = _switcher(b, watch, units, warms, parking, answers)
     policies = Policies(s, recorder.hub, incidents, switcher)
     replay = build_replay(s, recorder.store, serving_store)
-    bench = _bench(b, switcher, warms, watch, answers, replay.datasets.datasets)
+    bench = build_bench(b, switcher, warms, watch, answers, replay.datasets.datasets)
     serving = _Serving(watch, units, sampler, policies)
     controllers = _controllers(b, serving, warms, switcher, parking, answers, bench, replay)
     parts = (recorder, inventory, watch, units, sampler, warms, switcher, answers, policies, jobs)
     return Services(s, host, store, *parts, replay.capture.sink, controllers)
 
 
-def _parking(b: _Basics, answers: KnownAnswers, warmer: Warmer) -> Parking:
+def _parking(b: Basics, answers: KnownAnswers, warmer: Warmer) -> Parking:
     return Parking(
         systemd=b.switch_host.systemd,
         teardown=b.switch_host.teardown,
@@ -213,7 +205,7 @@ def _parking(b: _Basics, answers: KnownAnswers, warmer: Warmer) -> Parking:
     )
 
 
-def _units(b: _Basics, incidents: Incidents, parking: Parking, watch: ServingWatch) -> UnitFollower:
+def _units(b: Basics, incidents: Incidents, parking: Parking, watch: ServingWatch) -> UnitFollower:
     return UnitFollower(
         settings=b.s,
         systemd=b.host.systemd,
@@ -228,7 +220,7 @@ def _units(b: _Basics, incidents: Incidents, parking: Parking, watch: ServingWat
 
 
 def _switcher(
-    b: _Basics,
+    b: Basics,
     watch: ServingWatch,
     units: UnitFollower,
     warms: WarmService,
@@ -251,6 +243,7 @@ def _switcher(
         warm=warms.before_start,
         parking=parking,
         answers=answers,
+        engine_version=b.inventory.engine_version,
     )
 
 
@@ -265,7 +258,7 @@ class _Serving:
 
 
 def _controllers(
-    b: _Basics,
+    b: Basics,
     serving: _Serving,
     warms: WarmService,
     switcher: Switcher,
@@ -321,7 +314,7 @@ def _controllers(
     return Controllers(status, profiles, runs, teardown, bench, replay.capture, replay.datasets)
 
 
-def _sampler(b: _Basics, serving_store: ServingStore) -> HostSampler:
+def _sampler(b: Basics, serving_store: ServingStore) -> HostSampler:
     return HostSampler(
         b.host.gpus,
         b.host.teardown,
@@ -333,64 +326,4 @@ def _sampler(b: _Basics, serving_store: ServingStore) -> HostSampler:
         ledger=RamLedger(
             memory=b.host.memory, systemd=b.host.systemd, profiles=b.inventory.current, hub=b.recorder.hub
         ).sample,
-    )
-
-
-def _bench(
-    b: _Basics,
-    switcher: Switcher,
-    warms: WarmService,
-    watch: ServingWatch,
-    answers: KnownAnswers,
-    datasets: Datasets,
-) -> BenchController:
-    s, recorder = b.s, b.recorder
-    bench_store = BenchStore(recorder.store)
-    runner = BenchmarkRunner(
-        recorder=recorder,
-        bench_store=bench_store,
-        http=b.host.bench_http,
-        hardware=hardware(b.host.gpus),
-        datasets=datasets.replay,
-        slos=b.s.slos,
-    )
-    sweeps = Sweeps(
-        bench_store=bench_store,
-        profiles=b.inventory.reload_profiles,
-        variants=b.inventory,
-        profiles_path=s.profiles_path,
-        max_variants=s.max_variants,
-        check_paths=s.check_model_paths,
-        service_port=s.service_port,
-    )
-    judging = Judging(bench_store=bench_store)
-    experiments = Experiments(
-        runner=runner,
-        judging=judging,
-        jobs=b.jobs,
-        recorder=recorder,
-        switcher=switcher,
-        profiles=b.inventory.reload_profiles,
-        bench_store=bench_store,
-        default_profile=s.default_profile,
-        sweeps=sweeps,
-        warm=warms.start,
-    )
-    schedules = Schedules(
-        timers=b.host.timers,
-        folder=s.state_dir / "schedules",
-        command=k25_command(),
-        benchmarks=experiments,
-        recorder=recorder,
-        jobs=b.jobs,
-        running_now=lambda: now.running if (now := watch.now()) else None,
-    )
-    return BenchController(
-        experiments=experiments,
-        judging=judging,
-        schedules=schedules,
-        answers=answers,
-        bench_store=bench_store,
-        relative=RelativeThroughput(bench_store),
-        store=recorder.store,
     )

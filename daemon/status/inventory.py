@@ -15,6 +15,7 @@ from daemon.core.settings import Settings
 from daemon.engines import engine_for
 from daemon.engines.checks import load_checked_profiles
 from daemon.host.systemd import SystemdPort, UnitState
+from daemon.installed.engines import InstalledEngines, ProfileEngine
 from daemon.warming.warmer import Residency
 
 log = logging.getLogger("k25.profiles")
@@ -41,12 +42,14 @@ class ProfileEntry:
     unit_state: UnitInfo | None = None
     default: bool = False
     residency: Residency | None = None
+    installed: ProfileEngine | None = None  # its engine as installed (None: not asked)
 
 
 class Inventory:
-    def __init__(self, settings: Settings, systemd: SystemdPort) -> None:
+    def __init__(self, settings: Settings, systemd: SystemdPort, installed: InstalledEngines) -> None:
         self._settings = settings
         self._systemd = systemd
+        self.installed = installed  # each profile's engine as installed, asked at each read
         self.profiles = ProfileSet()
         self._variants: dict[str, LoadedProfile] = {}  # a running sweep's derived profiles
 
@@ -66,6 +69,11 @@ class Inventory:
         """The profiles as last read (the serving watch and the warms follow these)."""
         return self.profiles
 
+    def engine_version(self, name: str) -> str | None:
+        """The profile's engine version as installed, as its last read found it (None: not known)."""
+        seen = self.installed.seen(name)
+        return seen.installed.version if seen else None
+
     def units(self) -> tuple[str, ...]:
         """The managed units: those of the valid profiles."""
         return tuple(dict.fromkeys(lp.profile.unit for lp in self.profiles.valid.values()))
@@ -75,7 +83,10 @@ class Inventory:
         s = self._settings
         before = {n: lp.sha256 for n, lp in self.profiles.valid.items() if n not in self._variants}
         load = functools.partial(
-            load_checked_profiles, check_paths=s.check_model_paths, service_port=s.service_port
+            load_checked_profiles,
+            check_paths=s.check_model_paths,
+            service_port=s.service_port,
+            extra=self.installed.check,
         )
         fresh = await asyncio.to_thread(load, s.profiles_path)
         now = {n: lp.sha256 for n, lp in fresh.valid.items()}
@@ -115,6 +126,7 @@ class Inventory:
                 units.get(n),
                 n == default,
                 residency.get(n),
+                self.installed.seen(n),
             )
             for n, lp in sorted(self.profiles.valid.items())
         ]

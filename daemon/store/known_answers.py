@@ -1,6 +1,6 @@
-"""Known answers (daemon.engines.answers): one row per profile, file and argv, replaced by each cold start
-that ends active. Read back by the wake check (the exact key) and by the views (each profile's current
-key)."""
+"""Known answers (daemon.engines.answers): one row per profile, file, argv and engine version, replaced by
+each cold start that ends active. Read back by the wake check (the exact key) and by the views (each
+profile's current key)."""
 
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ class AnswerKey:
     profile: str
     profile_sha256: str
     argv_sha256: str
+    engine_version: str = ""  # the engine as installed ("": not known)
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class KnownAnswerStore:
                 profile=key.profile,
                 profile_sha256=key.profile_sha256,
                 argv_sha256=key.argv_sha256,
+                engine_version=key.engine_version,
                 run_id=run_id,
                 answers=json.dumps(answers),
             )
@@ -67,6 +69,21 @@ class KnownAnswerStore:
             row = s.exec(_where(key)).first()
         return _row(row) if row is not None else None
 
+    def other_version(self, key: AnswerKey) -> KnownAnswerRow | None:
+        """The newest record of the same profile, file and argv under another engine version."""
+        with self.store.session() as s:
+            row = s.exec(
+                select(KnownAnswer)
+                .where(
+                    KnownAnswer.profile == key.profile,
+                    KnownAnswer.profile_sha256 == key.profile_sha256,
+                    KnownAnswer.argv_sha256 == key.argv_sha256,
+                    KnownAnswer.engine_version != key.engine_version,
+                )
+                .order_by(KnownAnswer.id.desc())  # type: ignore[union-attr]
+            ).first()
+        return _row(row) if row is not None else None
+
     def all(self) -> list[KnownAnswerRow]:
         with self.store.session() as s:
             rows = s.exec(select(KnownAnswer)).all()
@@ -78,11 +95,15 @@ def _where(key: AnswerKey) -> SelectOfScalar[KnownAnswer]:
         KnownAnswer.profile == key.profile,
         KnownAnswer.profile_sha256 == key.profile_sha256,
         KnownAnswer.argv_sha256 == key.argv_sha256,
+        KnownAnswer.engine_version == key.engine_version,
     )
 
 
 def _row(r: KnownAnswer) -> KnownAnswerRow:
     at = r.recorded_at if r.recorded_at.tzinfo else r.recorded_at.replace(tzinfo=UTC)  # SQLite keeps UTC
     return KnownAnswerRow(
-        AnswerKey(r.profile, r.profile_sha256, r.argv_sha256), r.run_id, at, list(json.loads(r.answers))
+        AnswerKey(r.profile, r.profile_sha256, r.argv_sha256, r.engine_version),
+        r.run_id,
+        at,
+        list(json.loads(r.answers)),
     )

@@ -56,6 +56,7 @@ class Run(SQLModel, table=True):
     drain_finished: int | None = None  # requests the engine finished during the drain
     drain_cut: int | None = None  # requests still running or waiting at the stop
     drain_timed_out: bool | None = None
+    engine_version: str | None = None  # the engine as installed when the run began (daemon/installed/)
 
 
 class RunEvent(SQLModel, table=True):
@@ -183,12 +184,17 @@ class KnownAnswer(SQLModel, table=True):
     active: every wake of an engine started from the same file and argv must give it token for token."""
 
     __tablename__ = "known_answers"
-    __table_args__ = (Index("ix_known_answers_key", "profile", "profile_sha256", "argv_sha256", unique=True),)
+    __table_args__ = (
+        Index(
+            "ix_known_answers_key", "profile", "profile_sha256", "argv_sha256", "engine_version", unique=True
+        ),
+    )
 
     id: int | None = Field(default=None, primary_key=True)
     profile: str
     profile_sha256: str
     argv_sha256: str  # of the JSON argv the unit executed
+    engine_version: str = ""  # the engine's version as installed ("": not known): an upgrade answers anew
     run_id: int
     recorded_at: datetime = Field(default_factory=utcnow)
     answers: str  # JSON [{kind, prompt, text, tokens}]

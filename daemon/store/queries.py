@@ -332,6 +332,18 @@ class Store:
             run = s.exec(q).first()
             return run.profile if run else None
 
+    def last_engine_version(self, profile: str, before: int) -> tuple[int, str] | None:
+        """The newest run of `profile` before run `before` that knew its engine version: (id, version)."""
+        with self.session() as s:
+            q = (
+                select(Run)
+                .where(Run.profile == profile, col(Run.engine_version).is_not(None), col(Run.id) < before)
+                .order_by(col(Run.id).desc())
+                .limit(1)
+            )
+            run = s.exec(q).first()
+            return (_id(run.id), run.engine_version or "") if run else None
+
 
 @dataclass(frozen=True)
 class ExperimentLeft:

@@ -27,6 +27,7 @@ from daemon.switching.clearing import stop_and_teardown
 from daemon.switching.contracts import ServingHooks, SwitchFailed, SwitchHost, UnitFollowing, WarmHook
 from daemon.switching.drain import DrainTimes, drain_for_switch
 from daemon.switching.state import SwitchState
+from daemon.switching.upgrades import notice_upgrade
 
 log = logging.getLogger("k25.switch")
 
@@ -48,9 +49,11 @@ class Switcher:
         drain: DrainTimes,
         parking: Parking,
         answers: KnownAnswers,
+        engine_version: Callable[[str], str | None],
         warm: WarmHook | None = None,
     ) -> None:
         self._read_profiles = profiles
+        self._engine_version = engine_version  # each profile's engine as installed (daemon/installed/)
         self.host = host
         self.store = store
         self.recorder = recorder
@@ -187,8 +190,11 @@ class Switcher:
         self, kind: RunKind, lp: LoadedProfile, *, from_profile: str | None, parent: int | None = None
     ) -> int:
         p = lp.profile
-        new = NewRun(kind, p.name, from_profile, parent, engine_for(p).argv(p), lp.sha256, p.unit)
-        return await self.recorder.create(new)
+        version = self._engine_version(p.name)
+        new = NewRun(kind, p.name, from_profile, parent, engine_for(p).argv(p), lp.sha256, p.unit, version)
+        run_id = await self.recorder.create(new)
+        await notice_upgrade(self.recorder, run_id, p.name, version)
+        return run_id
 
     async def _transaction(
         self, run_id: int, lp: LoadedProfile, previous: str | None, txn: SwitchState, *, resume: bool = False

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import mmap
 import os
 import signal
@@ -23,6 +24,7 @@ from daemon.engines import base, torch_alloc
 from daemon.engines import sglang as sg
 from daemon.engines import vllm as vl
 from daemon.host.pagecache import resident_bytes
+from k25_sandbox import fake_install
 from k25_sandbox.fake_http import build_app
 from k25_sandbox.fake_park import ParkConfig
 from k25_sandbox.fake_procs import (
@@ -85,8 +87,12 @@ def _drafter_args(p: argparse.ArgumentParser) -> None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    words = sys.argv[1:] if argv is None else argv
+    flavor = next((b for a, b in itertools.pairwise(words) if a == "--flavor"), "vllm")
     p = argparse.ArgumentParser(prog="fake_engine", description=__doc__)
     p.add_argument("--flavor", choices=("vllm", "sglang"), required=True)
+    # Its entry, as the real engine's: `vllm serve`, `python -m sglang.launch_server` (fake_install.py).
+    p.add_argument("entry", nargs="?", choices=tuple(fake_install.ENTRY.values()))
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True)
     p.add_argument("--model", "--model-path", dest="model", default="/models/fake")
@@ -144,6 +150,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action="store_true",
         help="run by a sandbox shim in place of the real engine: the engine's other flags are ignored",
     )
+    if fake_install.has_old_rate(flavor):
+        p.add_argument(fake_install.OLD_RATE, type=float, dest="rate", help="deprecated: use --rate")
+    real = p.add_argument_group("the real engine's flags k25-ctl renders (accepted, ignored)")
+    for flag in fake_install.RENDERED_FLAGS[flavor]:
+        real.add_argument(flag, nargs="?", dest="real_" + flag.strip("-"), metavar="VALUE", help="ignored")
+    if any(w in ("-h", "--help") or w.startswith("--help=") for w in words):
+        p.print_help()  # vLLM's `--help=all` and SGLang's `--help`: every flag, in argparse's format
+        sys.exit(0)
     args, rest = p.parse_known_args(argv)
     if rest and not args.rendered:
         p.error(f"unrecognized arguments: {' '.join(rest)}")

@@ -19,11 +19,10 @@ from starlette.routing import Route
 
 from daemon.core.jsontypes import RequestBody
 from daemon.engines import sglang as sg
+from k25_sandbox import fake_install
 from k25_sandbox.fake_answer import Weights, prompt_key, served, text_of, token_ids, whole_extras
 from k25_sandbox.fake_park import FakePark, ParkControl
 from k25_sandbox.fake_stats import FakeConfig, Stats, count_request
-
-FAKE_VERSION = "0.0.0+fake"
 
 
 class _NoWorkers:
@@ -123,7 +122,7 @@ class _FakeServer:
         return Response(generate_latest(self.stats.registry), media_type="text/plain; version=0.0.4")
 
     async def version(self, _: Request) -> Response:
-        return JSONResponse({"version": FAKE_VERSION})
+        return JSONResponse({"version": fake_install.version_of(self.cfg.flavor)})
 
     async def server_info(self, _: Request) -> Response:
         stats = self.stats
@@ -132,7 +131,8 @@ class _FakeServer:
             "avg_spec_accept_length": length if self.cfg.spec_tokens else None,
             "last_gen_throughput": self.cfg.rate,
         }
-        return JSONResponse({"version": FAKE_VERSION, "internal_states": [state]})
+        version = fake_install.version_of(self.cfg.flavor)
+        return JSONResponse({"version": version, "internal_states": [state]})
 
     async def tokens(self, max_tokens: int, prompt: str) -> AsyncIterator[int]:
         cfg, stats = self.cfg, self.stats

@@ -16,6 +16,7 @@ from daemon.core.command import k25_command
 from daemon.core.errors import K25Error
 from daemon.core.profiles import engine_unit, under_private_tmp
 from daemon.engines import ENGINES
+from k25_sandbox import fake_install
 from k25_sandbox.ports import free_port
 
 REPO = Path(__file__).resolve().parents[2]  # the source tree, where the package runs from one
@@ -162,7 +163,15 @@ def fake_engine_profile(
     k25-ctl renders for the engine (`park_flags`: others, e.g. too few). `engine_args`: more
     fake engine flags (--draft-cost, --position-acceptance)."""
     model = weights or models / "Kimi-K2.5-INT4"
-    command = [sys.executable, "-m", "k25_sandbox.fake_engine", "--flavor", flavor, "--port", "{port}"]
+    command = [
+        sys.executable,
+        "-m",
+        "k25_sandbox.fake_engine",
+        "--flavor",
+        flavor,
+        fake_install.ENTRY[flavor],
+    ]
+    command += ["--port", "{port}"]
     command += ["--served-model-name", "kimi-k2.5", "--model", str(model)]
     command += ["--load-seconds", str(load_seconds), "--rate", str(rate)]
     if spec:
@@ -187,6 +196,9 @@ def fake_engine_profile(
     lines.append(f"command = {json.dumps(command)}")
     if spec:
         lines += speculative_table(models, int(spec["k"]))
+    if models.exists():  # (not a folder of another machine) its package's metadata: its version
+        installed = fake_install.folder_for(models, flavor)
+        lines += ["", "[environment]", f"PYTHONPATH = {json.dumps(str(installed))}"]
     return "\n".join(lines) + "\n"
 
 

@@ -22,6 +22,7 @@ _SHIMS = {
     "vllm": f"""#!/bin/sh
 # k25-ctl rendered `vllm serve MODEL ...`: the sandbox's fake vLLM answers it.
 [ "$1" = serve ] && shift
+case "$1" in -h|--help*) exec {_FAKE} vllm serve "$@" ;; esac  # what it accepts: `serve --help=all`
 model=$1; shift
 exec {_FAKE} vllm --model "$model" "$@" ${FAKE_ARGS_ENV}
 """,

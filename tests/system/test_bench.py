@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from k25_sandbox.fake_install import DEFAULT_VERSIONS
 from k25_sandbox.sandbox import SandboxInfo
 from tests.sandboxing import Api
 
@@ -81,7 +82,7 @@ def test_an_experiment_compares_the_three_profiles_and_restores(api: Api) -> Non
     prov = bench["provenance"]
     assert (prov["engine"], prov["engine_version"], prov["profile"]) == (
         "sglang",
-        "0.0.0+fake",
+        DEFAULT_VERSIONS["sglang"],
         "sglang-eagle3",
     )
     assert prov["drafter"].endswith("Kimi-K2.5-EAGLE3")

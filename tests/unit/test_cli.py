@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from daemon.cli.exit_codes import EXIT_FAILED
 
 K25 = str(Path(sys.executable).parent / "k25-ctl")
 
@@ -50,3 +53,28 @@ def test_every_command_prints_its_help(capsys: pytest.CaptureFixture[str]) -> No
             main([command, "--help"])
         assert done.value.code == 0, command
         assert "usage:" in capsys.readouterr().out
+
+
+def test_check_profiles_asks_the_installed_engine_once_per_version(tmp_path: Path) -> None:
+    """Ten profiles on the fake vLLM, one of them with a typo: one help asked, the typo named with the
+    version and the nearest flag; a second run asks nothing (the cache in the state folder)."""
+    from k25_sandbox.layout import fake_engine_profile, make_models
+
+    models, folder = tmp_path / "models", tmp_path / "profiles"
+    make_models(models)
+    folder.mkdir()
+    for i in range(10):
+        args = ("--lod-seconds", "1") if i == 9 else ()
+        text = fake_engine_profile(f"p{i}", flavor="vllm", port=9300 + i, models=models, load_seconds=1,
+                                   engine_args=args)  # fmt: skip
+        (folder / f"p{i}.toml").write_text(text)
+    env = dict(os.environ, K25_CONFIG=str(tmp_path / "absent.toml"), K25_STATE_DIR=str(tmp_path))
+    argv = [K25, "check-profiles", "--dir", str(folder), "--no-paths", "--json"]
+    runs = [subprocess.run(argv, capture_output=True, text=True, env=env, timeout=120) for _ in range(2)]
+    first, again = (json.loads(p.stdout) for p in runs)
+    assert runs[0].returncode == EXIT_FAILED  # one invalid profile
+    assert first["engines_asked"] == 1
+    assert again["engines_asked"] == 0
+    assert first["valid"]["p0"]["engine"] == "vLLM 0.32.0"
+    assert len(first["valid"]) == 9
+    assert "--lod-seconds: not a flag of vLLM 0.32.0; did you mean --load-seconds?" in first["invalid"][0]

@@ -25,8 +25,8 @@ def _write(d: Path, name: str, text: str) -> Path:
     return p
 
 
-def _only_invalid(d: Path, name: str, **kw: bool) -> InvalidProfile:
-    result = load_profiles(d, **kw)
+def _only_invalid(d: Path, name: str, *, check_paths: bool = False) -> InvalidProfile:
+    result = load_profiles(d, check_paths=check_paths)
     bad = [i for i in result.invalid if i.name == name]
     assert len(bad) == 1, result.invalid
     return bad[0]

@@ -128,4 +128,7 @@ def profile_out(e: ProfileEntry) -> ProfileOut:
         default=e.default,
         warm=p.warm,
         residency=ResidencyOut.model_validate(e.residency) if e.residency else None,
+        engine_version=e.installed.installed.version if e.installed else None,
+        engine_package=e.installed.installed.distribution if e.installed else None,
+        engine_notes=list(e.installed.warnings) if e.installed else [],
     )

@@ -16,9 +16,8 @@ from daemon.api.schemas import (
     RunOut,
     StageOut,
     SwitchCostOut,
-    TeardownRecordOut,
-    TeardownReportOut,
 )
+from daemon.api.teardown_schemas import TeardownRecordOut, TeardownReportOut
 from daemon.core import redact
 from daemon.core.errors import NotFound, WrongState
 from daemon.core.hoststate import StateHub

@@ -10,8 +10,9 @@ from datetime import UTC, datetime
 
 from daemon.api.controllers.runs import RunsController
 from daemon.api.http import sse_frame
-from daemon.api.schemas import GpuOut, ReadyOut, StatusOut, UnitStateOut, VictimOut
+from daemon.api.schemas import GpuOut, ReadyOut, StatusOut, UnitStateOut
 from daemon.api.status_view import StatusView
+from daemon.api.teardown_schemas import VictimOut
 from daemon.core import redact
 from daemon.core.hoststate import HostState, HostStatus, StateHub
 from daemon.core.run_types import Phase

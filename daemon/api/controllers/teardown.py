@@ -3,7 +3,7 @@ teardown, admitted as a job of its own (switching/maintenance.py)."""
 
 from __future__ import annotations
 
-from daemon.api.schemas import TeardownPlanOut, TeardownReportOut, TeardownRunOut
+from daemon.api.teardown_schemas import TeardownPlanOut, TeardownReportOut, TeardownRunOut
 from daemon.switching.maintenance import MaintenanceTeardown
 
 

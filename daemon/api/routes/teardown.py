@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from daemon.api.routes.common import TeardownCtl, reads, writes
-from daemon.api.schemas import TeardownPlanOut, TeardownRunOut
+from daemon.api.teardown_schemas import TeardownPlanOut, TeardownRunOut
 
 read = reads("teardown", "/teardown")
 write = writes("teardown", "/teardown")

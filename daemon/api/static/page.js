@@ -88,7 +88,7 @@ function widths(root) { root.querySelectorAll("[data-w]").forEach((e) => { e.sty
 function renderProfiles(items) {
   $("profiles").innerHTML = items.map((p) => p.valid
     ? `<tr><td><b>${esc(p.name)}</b>${p.default ? ' <span class="mute">(default)</span>' : ""}${p.parked ? ' <span class="badge s-idle">parked</span>' : ""}<div class="mute">${esc(p.description)}</div></td>
-        <td>${esc(p.engine)}</td><td class="mute">${esc(p.unit)}</td><td>${esc((p.unit_state || {}).active_state || "?")}</td>
+        <td class="engine-installed">${esc(p.engine)}${p.engine_version ? ` ${esc(p.engine_version)}` : ""}${p.engine_package && p.engine_package !== p.engine ? ` <span class="mute">(${esc(p.engine_package)})</span>` : ""}${(p.engine_notes || []).length ? ` <span class="mute" title="${esc(p.engine_notes.join("\n"))}">(${p.engine_notes.length} note${p.engine_notes.length > 1 ? "s" : ""})</span>` : ""}</td><td class="mute">${esc(p.unit)}</td><td>${esc((p.unit_state || {}).active_state || "?")}</td>
         <td>${residency(p)}</td>
         <td><button data-activate="${esc(p.name)}">Activate</button> <button data-warm="${esc(p.name)}" title="read its weights into the page cache">Warm</button>${p.parked ? ` <button data-unpark="${esc(p.name)}" title="stop the parked engine: frees its host RAM and GPU memory">Unpark</button>` : ""}</td></tr>`
     : `<tr><td>${esc(p.name)}</td><td colspan="5" class="o-failed">invalid: ${esc(p.error)}</td></tr>`).join("");
