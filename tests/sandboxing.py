@@ -106,6 +106,18 @@ class Api:
         # The daemon may be restarting: any error counts as "not yet".
         return eventually_sync(predicate, what=what, within_s=within_s, tolerate=(Exception,))
 
+    def profiles_checked(self, *, within_s: float = 240) -> dict[str, Any]:
+        """GET /profiles once the daemon has asked every installed engine for its flags (a start reads its
+        cache only, and asks the rest in the background), by name."""
+
+        def asked() -> dict[str, Any] | None:
+            items = {p["name"]: p for p in self.client.get("/profiles").json()}
+            notes = [n for p in items.values() for n in p.get("engine_notes") or []]
+            return None if any("flags not read yet" in n for n in notes) else items
+
+        found: dict[str, Any] = self.wait_until(asked, within_s=within_s, what="the engines asked")
+        return found
+
 
 def probe(info: sbx.SandboxInfo, scenario: str, *args: str) -> Any:
     """Run a tests/system/probe.py scenario inside the sandbox and return its JSON result."""

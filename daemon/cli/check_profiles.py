@@ -30,9 +30,13 @@ def check_profiles(args: argparse.Namespace) -> int:
         os.environ,
         settings.engine_help_timeout_s,
     )
-    extra = None if args.no_engines else installed.check
+    asking = not args.no_engines
     result = load_checked_profiles(
-        directory, check_paths=check_paths, service_port=settings.service_port, extra=extra
+        directory,
+        check_paths=check_paths,
+        service_port=settings.service_port,
+        extra=installed.check if asking else None,
+        prefetch=installed.prefetch if asking else None,
     )
     valid = {}
     warnings = []

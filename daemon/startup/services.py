@@ -83,7 +83,7 @@ class Services:
 
     async def start(self) -> None:
         """Read the profiles, settle with systemd (what a restart cut short), then follow and sample."""
-        profiles = await self.inventory.reload_profiles()
+        profiles = await self.inventory.reload_profiles(ask_engines=False)  # the cache only: start fast
         await self.answers.load()
         rec = await reconcile(
             profiles,
@@ -99,6 +99,7 @@ class Services:
         await self.sampler.start()
         self.warms.start_refresh()
         self.capture.start()
+        self.inventory.start_asking()
         warnings = [f"runs database: {self.store.recovered}"] if self.store.recovered else []
         if self.capture.enabled and self.capture.token is None:
             warnings.append(f"capture is on but has no token: {self.settings.capture_token_path}")
@@ -110,6 +111,7 @@ class Services:
             self.hub.warnings(tuple(warnings))
 
     async def close(self) -> None:
+        await self.inventory.close()
         await self.units.close()
         await self.watch.close()
         await self.policies.close()

@@ -4,8 +4,10 @@ and the engine units' states, as the host's own dataclasses (the API makes respo
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -52,6 +54,7 @@ class Inventory:
         self.installed = installed  # each profile's engine as installed, asked at each read
         self.profiles = ProfileSet()
         self._variants: dict[str, LoadedProfile] = {}  # a running sweep's derived profiles
+        self._asking: asyncio.Task[None] | None = None  # the engines asked after the start (start_asking)
 
     def hold_variants(self, variants: list[LoadedProfile]) -> None:
         """A sweep's derived profiles are profiles like the others until it ends (switched to, watched,
@@ -78,15 +81,18 @@ class Inventory:
         """The managed units: those of the valid profiles."""
         return tuple(dict.fromkeys(lp.profile.unit for lp in self.profiles.valid.values()))
 
-    async def reload_profiles(self) -> ProfileSet:
-        """Read the profiles folder afresh (each switch does, and reload); report what changed."""
+    async def reload_profiles(self, *, ask_engines: bool = True) -> ProfileSet:
+        """Read the profiles folder afresh (each switch does, and reload); report what changed.
+        `ask_engines=False`: the installed engines' flags from the cache only (the daemon's start, which
+        must not wait for an engine's help: `ask_engines` asks them afterwards)."""
         s = self._settings
         before = {n: lp.sha256 for n, lp in self.profiles.valid.items() if n not in self._variants}
         load = functools.partial(
             load_checked_profiles,
             check_paths=s.check_model_paths,
             service_port=s.service_port,
-            extra=self.installed.check,
+            extra=self.installed.check if ask_engines else self.installed.check_cached,
+            prefetch=self.installed.prefetch if ask_engines else None,
         )
         fresh = await asyncio.to_thread(load, s.profiles_path)
         now = {n: lp.sha256 for n, lp in fresh.valid.items()}
@@ -100,6 +106,28 @@ class Inventory:
         fresh.valid |= self._variants
         self.profiles = fresh
         return fresh
+
+    def start_asking(self) -> None:
+        """After the daemon's start, in the background: ask the engines its first read did not know (that
+        read took the cache only), then read the profiles again: what the engines refuse is invalid from
+        then on, and logged."""
+        if self.installed.pending() and self._asking is None:
+            self._asking = asyncio.create_task(self._ask_engines(), name="ask-engines")
+
+    async def _ask_engines(self) -> None:
+        began = time.monotonic()
+        try:
+            await self.reload_profiles()
+        except Exception:  # a read that fails here is read again at the next switch or reload
+            log.exception("asking the installed engines for their flags failed")
+            return
+        log.info("installed engines asked for their flags in %.1fs", time.monotonic() - began)
+
+    async def close(self) -> None:
+        if self._asking is not None:
+            self._asking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._asking
 
     async def unit_states(self, followed: Mapping[str, UnitState]) -> dict[str, UnitInfo]:
         """From the watch's followers (systemd's change events); D-Bus only for a unit not followed yet."""

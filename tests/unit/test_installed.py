@@ -53,9 +53,9 @@ class Engines:
             return CliAnswer(None, "", f"[Errno 2] No such file or directory: '{argv[0]}'")
         if argv[1] == "-c":
             names = argv[3:]
-            if self.package not in names:
-                return CliAnswer(0, "", "")
-            found = {"name": self.package, "version": self.version, "site": "/opt/vllm/site"}
+            found: dict[str, str | None] = {"name": None, "version": None, "site": "/opt/vllm/site"}
+            if self.package in names:
+                found = {"name": self.package, "version": self.version, "site": "/opt/vllm/site"}
             return CliAnswer(0, json.dumps(found) + "\n", "")
         if argv[-1] == "--help=all":
             return CliAnswer(0, self.help_text, "WARNING argument 'x' is deprecated\n")
@@ -128,6 +128,10 @@ def test_ten_profiles_on_one_version_ask_the_engine_once_and_an_upgrade_asks_aga
     for i in range(10):
         assert installed.check(profile(f"p{i}", port=9000 + i)) == []
     assert port.asked() == 1
+    # What a switch costs: its read of the profiles asks no engine (the files' times say nothing changed).
+    ran = len(port.runs)
+    installed.check(profile("p3", port=9003))
+    assert len(port.runs) == ran
     # A daemon restart reads the cache: no question at all.
     again = engines(port, tmp_path)
     assert again.check(profile("p0")) == []
@@ -188,3 +192,18 @@ def test_an_engine_not_installed_leaves_the_profile_valid_with_a_warning(tmp_pat
     assert seen is not None
     assert seen.installed.version is None
     assert "printed no flags" in seen.warnings[0]
+
+
+def test_a_start_reads_the_cache_only_and_leaves_the_rest_pending(tmp_path: Path) -> None:
+    port = Engines()
+    installed = engines(port, tmp_path)
+    typo = profile(extra_args=["--max-model-lenn", "8"])
+    assert installed.check_cached(typo) == []  # not asked yet: valid for now, and noted
+    seen = installed.seen("p")
+    assert seen is not None
+    assert "flags not read yet" in seen.warnings[0]
+    assert installed.pending()
+    assert port.asked() == 0
+    assert installed.check(typo)[0][1].startswith("--max-model-lenn: not a flag of vLLM 0.32.0")
+    assert not installed.pending()
+    assert installed.check_cached(typo) != []  # known now: the cache alone refuses it

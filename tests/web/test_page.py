@@ -29,6 +29,9 @@ def test_page_activate_with_live_progress(page: Any, api: Api, sandbox: SandboxI
     )
     assert page.text_content("#state") == "active"
     assert page.locator("button[data-activate]").count() >= 3
+    # Each engine as installed (issue 68): its version beside its name.
+    engines = page.locator("#profiles td.engine-installed").all_inner_texts()
+    assert "vllm 0.32.0" in engines, engines
     # The RAM ledger (issue 51): the serving engine's processes and the host RAM they hold.
     page.wait_for_function(
         "/^host RAM: baseline [0-9.]+ [MG]iB/.test(document.getElementById('ram-held').textContent)",
