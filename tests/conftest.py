@@ -30,18 +30,18 @@ TIERS = ("system", "gpu", "web", "realengine")  # a tier's folder marks its test
 # real-engine module, 7 tests and the longest, started after twenty short ones): the longest modules
 # first, then tier by tier, so that the short unit and api modules fill the end.
 ORDER = ("realengine", "system", "web", "api", "unit", "gpu")
-LONGEST = (  # seconds of test time on a fresh-clone CI run (2026-12-07), longest first: each starts early
-    "tests/system/test_park.py",  # 355
-    "tests/realengine/test_real_vllm.py",  # 345
-    "tests/system/test_install.py",  # 305
-    "tests/system/test_fleet.py",  # 240
-    "tests/system/test_park_wakes.py",  # 225
-    "tests/system/test_bench.py",  # 210
-    "tests/system/test_sweep.py",  # 150
-    "tests/system/test_fleet_faults.py",  # 135
-    "tests/system/test_capacity.py",  # 130
-    "tests/system/test_capture.py",  # 95
-    "tests/system/test_watch.py",  # 90
+LONGEST = (  # seconds on a CI run, roughly: 300, 260, 250, 240, 185, 175, 160, 150, then 85-140 each
+    "tests/system/test_install.py",
+    "tests/realengine/test_real_vllm.py",
+    "tests/system/test_capacity.py",
+    "tests/system/test_park.py",
+    "tests/system/test_bench.py",
+    "tests/system/test_fleet.py",
+    "tests/system/test_fleet_faults.py",
+    "tests/system/test_park_wakes.py",
+    "tests/system/test_sweep.py",
+    "tests/system/test_capture.py",
+    "tests/system/test_watch.py",
 )
 
 
