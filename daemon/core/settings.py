@@ -75,6 +75,7 @@ class Settings(BaseSettings):
     # How long an engine may take to print its flags (`vllm serve --help=all` imports all of vLLM: ~10-40 s
     # of CPU); asked once per installed version (daemon/installed/).
     engine_help_timeout_s: float = Field(default=180.0, gt=0)
+    engines_cache: Path | None = None  # what the engines said (daemon/installed/); default in state_dir
     # Simulated GPUs (sandbox): how many, and their total memory in MiB.
     sim_gpu_count: int = Field(default=8, ge=0, le=64)
     sim_gpu_total_mib: int = Field(default=143_771, gt=0)
@@ -186,7 +187,7 @@ class Settings(BaseSettings):
     @property
     def installed_cache_path(self) -> Path:
         """What the engines said of their versions and flags (daemon/installed/cache.py)."""
-        return self.state_dir / "engines-installed.json"
+        return self.engines_cache or self.state_dir / "engines-installed.json"
 
     @classmethod
     def settings_customise_sources(

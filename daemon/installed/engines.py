@@ -124,7 +124,8 @@ class InstalledEngines:
         # Per version and per entry: a site's wrapper of the engine's CLI may add flags of its own, and a
         # changed wrapper script (a file among the entry's words) is asked again.
         files = [self.cli.mtime(w) for w in entry.argv if w.startswith("/")]
-        found = [version["name"], version["version"], version["site"]] if version is not None else []
+        # (not the package's folder: two copies of one version behind one entry print the same flags)
+        found = [version["name"], version["version"]] if version is not None else []
         key = json.dumps([engine.name, *found, *entry.argv, *files])
         known = self.cache.flags.get(key)
         if known is None and not ask:

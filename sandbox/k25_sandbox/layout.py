@@ -3,6 +3,7 @@ rendered with sandbox paths), the daemon's config, token and profiles, fake GPU 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -307,7 +308,7 @@ def write_tree(
     config = etc / "k25-ctl.toml"
     values = _daemon_settings(root, port) | (settings or {})  # values as TOML text
     config.write_text("".join(f"{k} = {v}\n" for k, v in values.items()))
-    write_units(root, config, binds)
+    write_units(root, config, (*binds, shared_cache(root)))
     _let_orphans_escape(etc / "profiles.d", root / "units")
     return ports
 
@@ -323,12 +324,28 @@ def _let_orphans_escape(profiles: Path, units: Path) -> None:
             (drop_in / "orphan-fault.conf").write_text("[Service]\nProtectControlGroups=no\n")
 
 
+def shared_cache(root: Path) -> Path:
+    """A folder every sandbox of this machine shares: what the fake engines said of their versions and
+    flags is the same in each, so only the first sandbox asks them (each boot asked ~3 s of helps)."""
+    folder = root.parent / "shared-cache"
+    folder.mkdir(exist_ok=True)
+    return folder
+
+
+def _fakes_hash() -> str:
+    """The fake engines' code: a change to it (a flag added) is a new cache, never a stale flag list."""
+    here = Path(__file__).parent
+    text = b"".join((here / name).read_bytes() for name in ("fake_engine.py", "fake_install.py"))
+    return hashlib.sha256(text).hexdigest()[:12]
+
+
 def _daemon_settings(root: Path, port: int) -> dict[str, str]:
     """The sandbox daemon's settings (TOML values as text), at a test's pace where production waits."""
     etc, state, dev = root / "etc", root / "state", root / "dev"
     return {
         "config_dir": json.dumps(str(etc)),
         "state_dir": json.dumps(str(state)),
+        "engines_cache": json.dumps(str(shared_cache(root) / f"engines-{_fakes_hash()}.json")),
         "engine_cache_dir": json.dumps(str(root / "engine-cache")),
         "gpu_backend": '"simulated"',
         "gpu_device_glob": json.dumps(f"{dev}/nvidia*"),
