@@ -5,6 +5,7 @@ write it), with each rendered argv."""
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 
@@ -30,14 +31,10 @@ def check_profiles(args: argparse.Namespace) -> int:
         os.environ,
         settings.engine_help_timeout_s,
     )
-    asking = not args.no_engines
-    result = load_checked_profiles(
-        directory,
-        check_paths=check_paths,
-        service_port=settings.service_port,
-        extra=installed.check if asking else None,
-        prefetch=installed.prefetch if asking else None,
+    load = functools.partial(
+        load_checked_profiles, directory, check_paths=check_paths, service_port=settings.service_port
     )
+    result = load() if args.no_engines else installed.load(lambda extra: load(extra=extra))
     valid = {}
     warnings = []
     for n, lp in result.valid.items():

@@ -4,7 +4,7 @@ daemon/installed/engines.py's, which asks the host's engines)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 
 from daemon.core.profiles import (
@@ -36,18 +36,11 @@ def load_checked_profiles(
     check_paths: bool = False,
     service_port: int | None = None,
     extra: ExtraCheck | None = None,
-    prefetch: Callable[[Iterable[Profile]], None] | None = None,
 ) -> ProfileSet:
-    """The folder's profiles; `prefetch` first gets what `extra` needs of all the sound ones at once."""
-    if prefetch is not None:
-        sound = load_profiles(directory, check_paths=check_paths, engine_check=engine_check)
-        prefetch(lp.profile for lp in sound.valid.values())
     return load_profiles(
         directory, check_paths=check_paths, engine_check=_with(extra), service_port=service_port
     )
 
 
-def parse_checked_profile(
-    path: Path, *, check_paths: bool = False, extra: ExtraCheck | None = None
-) -> LoadedProfile | InvalidProfile:
-    return parse_profile(path, check_paths=check_paths, engine_check=_with(extra))
+def parse_checked_profile(path: Path, *, check_paths: bool = False) -> LoadedProfile | InvalidProfile:
+    return parse_profile(path, check_paths=check_paths, engine_check=engine_check)

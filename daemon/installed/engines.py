@@ -7,15 +7,16 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
-from daemon.core.profiles import Profile
+from daemon.core.profiles import Profile, ProfileSet
 from daemon.engines import engine_for
 from daemon.engines.as_installed import Installed
 from daemon.engines.base import Engine
+from daemon.engines.checks import ExtraCheck
 from daemon.engines.flag_list import FlagList, flag_words, parse_help
 from daemon.host.engine_cli import EngineCli
 from daemon.installed.cache import InstalledCache
@@ -71,7 +72,22 @@ class InstalledEngines:
 
     def pending(self) -> bool:
         """Whether a profile's engine was left to be asked (its last check read only the cache)."""
-        return any(seen.installed.why_not == NOT_ASKED for seen in self._seen.values())
+        return any(self._not_asked(name) for name in self._seen)
+
+    def load(self, load: Callable[[ExtraCheck], ProfileSet], *, ask: bool = True) -> ProfileSet:
+        """Profiles loaded (`load` with a check) against what the engines said already; where one was not
+        asked yet and `ask`, every such engine is asked at once, then the profiles are loaded again (a
+        switch, whose engines are known, loads once)."""
+        found = load(self.check_cached)
+        waiting = [lp.profile for lp in found.valid.values() if self._not_asked(lp.profile.name)]
+        if not ask or not waiting:
+            return found
+        self.prefetch(waiting)
+        return load(self.check)
+
+    def _not_asked(self, profile: str) -> bool:
+        seen = self._seen.get(profile)
+        return seen is not None and seen.installed.why_not == NOT_ASKED
 
     def prefetch(self, profiles: Iterable[Profile]) -> None:
         """Ask each distinct engine entry among `profiles` at once, in threads: a first load after an
@@ -207,8 +223,10 @@ class InstalledEngines:
             message += f"; did you mean {near}?" if near else ""
             if name in engine.park_flag_reasons:
                 message += f" (it parks: {engine.park_flag_reasons[name]})"
-            key = "command" if profile.command is not None else "extra_args"
-            if profile.command is None and written not in profile.extra_args:
-                key = "engine"
-            out.append((key, message))
+            if profile.command is not None:
+                out.append(("command", message))
+            elif written in profile.extra_args:
+                out.append(("extra_args", message))
+            else:  # a flag k25-ctl renders from a profile key
+                out.append(("engine", message))
         return out

@@ -89,12 +89,11 @@ class Inventory:
         before = {n: lp.sha256 for n, lp in self.profiles.valid.items() if n not in self._variants}
         load = functools.partial(
             load_checked_profiles,
+            s.profiles_path,
             check_paths=s.check_model_paths,
             service_port=s.service_port,
-            extra=self.installed.check if ask_engines else self.installed.check_cached,
-            prefetch=self.installed.prefetch if ask_engines else None,
         )
-        fresh = await asyncio.to_thread(load, s.profiles_path)
+        fresh = await asyncio.to_thread(self.installed.load, lambda extra: load(extra=extra), ask=ask_engines)
         now = {n: lp.sha256 for n, lp in fresh.valid.items()}
         if now != before:
             changed = sorted(n for n in now if before.get(n) != now[n])

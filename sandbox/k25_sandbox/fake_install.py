@@ -8,6 +8,8 @@ import importlib.metadata
 import shutil
 from pathlib import Path
 
+from daemon.engines.as_installed import version_tuple
+
 DEFAULT_VERSIONS = {"vllm": "0.32.0", "sglang": "0.5.4"}
 ENTRY = {"vllm": "serve", "sglang": "launch_server"}  # the word that starts the engine's own arguments
 # `--old-rate`: deprecated (its help says so), then gone from this version on, as vLLM drops flags.
@@ -65,9 +67,5 @@ def version_of(flavor: str) -> str:
         return DEFAULT_VERSIONS[flavor]
 
 
-def release(version: str) -> tuple[int, ...]:
-    return tuple(int(p) for p in version.split("+")[0].split(".")[:3] if p.isdigit())
-
-
 def has_old_rate(flavor: str) -> bool:
-    return release(version_of(flavor)) < OLD_RATE_GONE
+    return version_tuple(version_of(flavor)) < OLD_RATE_GONE
