@@ -155,6 +155,14 @@ class ParkBudgetOut(Out):
     used_bytes: int
 
 
+class GpuHealthLineOut(Out):
+    """A GPU's health (GET /gpus has its readings and events): healthy | degraded | needs_reset, and why."""
+
+    index: int
+    state: str
+    reasons: list[str]
+
+
 class StatusOut(Out):
     state: str
     active_profile: str | None
@@ -183,6 +191,7 @@ class StatusOut(Out):
     park_budget: ParkBudgetOut | None = None  # host RAM the parked engines may pin
     # the host RAM each engine's processes hold (parked or serving)
     ram_held: list[HeldRamOut] = Field(default=[])
+    gpu_health: list[GpuHealthLineOut] = Field(default=[])  # each GPU's health (daemon/health/)
 
 
 class ResidencyOut(Out):

@@ -15,6 +15,7 @@ class VictimOut(Out):
     gpu_mib: int | None
     started: float = 0.0
     orphan: bool = False
+    gpus: list[int] = Field(default_factory=list)
 
 
 class SparedOut(Out):
@@ -67,6 +68,7 @@ class ProcessOutcomeOut(Out):
     wchan: str = ""
     orphan: bool = False
     grace_s: float = 0.0
+    gpus: list[int] = Field(default_factory=list)
 
 
 class GpuCheckOut(Out):

@@ -1,5 +1,7 @@
-"""`python -m daemon.cli`: the k25-ctl command."""
+"""`python -m daemon.cli`: the k25-ctl command (its exit status is the command's)."""
+
+import sys
 
 from daemon.cli.main import main
 
-main()
+sys.exit(main())

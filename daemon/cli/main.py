@@ -140,6 +140,7 @@ def _remote_commands(sub: Any) -> None:
     p.add_argument("run_id", type=int)
     from daemon.cli.bench import add_commands
     from daemon.cli.capture import add_commands as add_capture_commands
+    from daemon.cli.gpus import add_gpu_commands
     from daemon.cli.results import add_commands as add_result_commands
     from daemon.cli.schedule import add_schedule_commands
     from daemon.cli.sweep import add_commands as add_sweep_commands
@@ -149,6 +150,7 @@ def _remote_commands(sub: Any) -> None:
     add_schedule_commands(add)
     add_sweep_commands(add)
     add_capture_commands(add)
+    add_gpu_commands(add)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -71,6 +71,15 @@ class ParkBudget:
 
 
 @dataclass(frozen=True)
+class GpuHealthLine:
+    """A GPU's health as /status shows it (daemon/health/): healthy | degraded | needs_reset, and why."""
+
+    index: int
+    state: str
+    reasons: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class HostStatus:
     state: HostState = HostState.IDLE
     active_profile: str | None = None
@@ -91,6 +100,7 @@ class HostStatus:
     parked: tuple[ParkedInfo, ...] = ()  # engines asleep for a fast switch back
     park_budget: ParkBudget = ParkBudget()
     ram_held: tuple[HeldRam, ...] = ()  # the RAM ledger: each engine's process tree, serving or parked
+    gpu_health: tuple[GpuHealthLine, ...] = ()  # each GPU's health (the GPU health watch)
 
     @property
     def job_line(self) -> JobLine:
@@ -169,6 +179,11 @@ class StateHub:
 
     def ram_held(self, held: tuple[HeldRam, ...]) -> HostStatus:
         return self._set(replace(self.status, ram_held=held))
+
+    def gpu_health(self, lines: tuple[GpuHealthLine, ...]) -> HostStatus:
+        if lines == self.status.gpu_health:
+            return self.status
+        return self._set(replace(self.status, gpu_health=lines))
 
     def set_job(self, line: JobLine) -> HostStatus:
         return self._set(replace(self.status, job_run_id=line.run_id, job=line.text))

@@ -17,6 +17,8 @@ class RunKind(enum.StrEnum):
     EXPERIMENT = "experiment"  # switch, benchmark, next profile; then restore
     WARM = "warm"  # a profile's weight files read into the page cache
     UNPARK = "unpark"  # a parked engine stopped on request (its host RAM and GPU residual freed)
+    GPU_RESET = "gpu_reset"  # k25-ctl gpus reset: stop, teardown, the reset command, the readings again
+    GPU_ACK = "gpu_ack"  # an operator cleared GPUs' health marks by hand (no reset)
 
 
 class Phase(enum.StrEnum):
@@ -37,6 +39,7 @@ class Phase(enum.StrEnum):
     WARMING = "warming"  # weight files read into the page cache (a warm run, or a switch's own warm)
     PARKING = "parking"  # the engine switched away from sleeps instead of stopping (or says why not)
     WAKING = "waking"  # a parked engine wakes: its weights back on the GPUs, then the probe
+    RESET = "reset"  # the GPU reset command, and the health readings after it
     # Final phases: a run that ended stays on the phase named for its outcome.
     ACTIVE = "active"
     FAILED = "failed"

@@ -58,6 +58,9 @@ class CaptureSettings(BaseModel):
     max_pending: int = Field(default=20_000, ge=1)  # kept in memory before the next write; then dropped
 
 
+RESET_COMMAND = ("systemd-run", "--wait", "--pipe", "--collect", "--quiet", "nvidia-smi", "--gpu-reset")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="K25_", extra="forbid", env_ignore_empty=True, env_nested_delimiter="__"
@@ -94,6 +97,21 @@ class Settings(BaseSettings):
     slow_callback_ms: float | None = Field(default=None, gt=0)
     gpu_sample_s: float = Field(default=10.0, gt=0)  # the shared GPU sampler that reads are served from
     strays_sample_s: float = Field(default=60.0, gt=0)
+    # GPU health (daemon/health/): counters read this often (the driver's events come as they happen); a
+    # crash this soon after an Xid on one of the engine's GPUs is attributed to it.
+    gpu_health_every_s: float = Field(default=1.0, gt=0)
+    xid_attribution_s: float = Field(default=60.0, gt=0)
+    # `k25-ctl gpus reset`: the command, given the GPUs as `{gpus}` (comma-separated indices) or `-i N,M`
+    # where it resets some; "board" resets every GPU (an NVSwitch system such as HGX H100/H200 resets them
+    # together). Through systemd-run: a transient unit has the root capabilities the daemon's unit drops.
+    gpu_reset_command: list[str] = Field(default_factory=lambda: list(RESET_COMMAND))
+    gpu_reset_scope: Literal["board", "gpu"] = "board"
+    gpu_reset_timeout_s: float = Field(default=300.0, gt=0)
+    # The serving watch resets a GPU itself after an Xid whose action is RESET_GPU (off: an operator does).
+    gpu_reset_automatic: bool = False
+    # `k25-ctl doctor`: the GPUs this host should have, and the least /dev/shm the engines' workers need.
+    expected_gpus: int = Field(default=8, ge=0)
+    shm_min_bytes: int = Field(default=1 << 30, ge=0)
     runs_retention_days: float = Field(default=365.0, gt=0)  # older finished runs are deleted
 
     default_profile: str = "baseline"

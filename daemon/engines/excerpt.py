@@ -6,7 +6,7 @@ from __future__ import annotations
 from daemon.core.errors import K25Error
 from daemon.core.profiles import Profile
 from daemon.engines import engine_for
-from daemon.engines.base import LogKind
+from daemon.engines.engine_types import LogKind
 from daemon.host.journal import JournalPort
 
 EXCERPT_LINES = 30

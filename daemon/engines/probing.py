@@ -11,8 +11,9 @@ from daemon.core.errors import K25Error
 from daemon.core.profiles import Profile
 from daemon.core.run_types import Phase
 from daemon.engines import engine_for
-from daemon.engines.base import Engine, MetricsSnapshot, Readiness
+from daemon.engines.base import Engine
 from daemon.engines.client import EnginePort, ProbeFailed, ProbeProgress
+from daemon.engines.engine_types import MetricsSnapshot, Readiness
 
 log = logging.getLogger("k25.probe")
 WARMING_RETRY_S = 0.25  # SGLang answers 503 while it warms up: ask again this often until probe_timeout_s

@@ -12,16 +12,8 @@ from typing import TYPE_CHECKING
 
 from daemon.core.jsontypes import ForeignJson, RequestBody
 from daemon.core.profiles import ParkMode
-from daemon.engines.base import (
-    COMMON_SHM_PATTERNS,
-    Engine,
-    MetricsSnapshot,
-    ParkCalls,
-    ParkStep,
-    Readiness,
-    StageRule,
-    UsageDelta,
-)
+from daemon.engines.base import COMMON_SHM_PATTERNS, Engine
+from daemon.engines.engine_types import MetricsSnapshot, ParkCalls, ParkStep, Readiness, StageRule, UsageDelta
 from daemon.engines.metric_text import delta, mean, metric_samples, ratio, total
 
 if TYPE_CHECKING:

@@ -12,17 +12,8 @@ from typing import TYPE_CHECKING
 from daemon.core.profiles import ParkMode
 from daemon.engines import torch_alloc
 from daemon.engines.as_installed import Installed, version_tuple
-from daemon.engines.base import (
-    COMMON_SHM_PATTERNS,
-    PIN_THREADS,
-    Engine,
-    MetricsSnapshot,
-    ParkCalls,
-    ParkStep,
-    Readiness,
-    StageRule,
-    UsageDelta,
-)
+from daemon.engines.base import COMMON_SHM_PATTERNS, PIN_THREADS, Engine
+from daemon.engines.engine_types import MetricsSnapshot, ParkCalls, ParkStep, Readiness, StageRule, UsageDelta
 from daemon.engines.metric_text import delta, mean, metric_samples, ratio, total
 
 if TYPE_CHECKING:

@@ -7,6 +7,8 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
+from daemon.host.gpu_health import bus_id
+
 _LINE = re.compile(
     r"NVRM: Xid \(PCI:(?P<bus>[0-9a-fA-F]{4,8}:[0-9a-fA-F]{2}:[0-9a-fA-F]{2}(?:\.[0-7])?)\): (?P<code>\d+),"
     r"(?: pid=(?P<pid>\d+|'<unknown>'),)?(?: name=(?P<name>[^,]*),)?\s*(?P<message>.*)$"
@@ -20,14 +22,6 @@ class XidLine:
     pid: int | None
     process: str | None
     message: str
-
-
-def bus_id(text: str) -> str:
-    """A PCI address as NVML writes it: `00000000:3b:00.0`."""
-    parts = text.lower().split(":")
-    domain, bus, rest = parts[0].rjust(8, "0")[-8:], parts[1], parts[2]
-    device, _, function = rest.partition(".")
-    return f"{domain}:{bus}:{device}.{function or '0'}"
 
 
 def parse(line: str) -> XidLine | None:

@@ -59,7 +59,8 @@ class NvmlGpus:
         self._lock = threading.Lock()
         self._nvml: Any = None
 
-    def _lib(self) -> Any:
+    def library(self) -> Any:
+        """pynvml, initialised (the health readings share it)."""
         with self._lock:
             if self._nvml is None:
                 try:
@@ -73,7 +74,7 @@ class NvmlGpus:
 
     def driver_version(self) -> str | None:
         try:
-            nv = self._lib()
+            nv = self.library()
             v = nv.nvmlSystemGetDriverVersion()
         except Exception:
             return None
@@ -81,7 +82,7 @@ class NvmlGpus:
 
     def gpus(self, *, light: bool = False) -> list[GpuInfo]:
         """All GPUs; `light` reads only memory and processes (what teardown needs, fast)."""
-        nv = self._lib()
+        nv = self.library()
         try:
             return self._read(nv, light)
         except nv.NVMLError as e:

@@ -79,14 +79,24 @@ class JournalctlJournal:
         out = await self._run("-u", unit, "-n", str(lines), "-o", "json")
         return [r for line in out.splitlines() if (r := parse_record(line, unit)) is not None]
 
-    @asynccontextmanager
-    async def follow(
+    def follow(
         self, unit: str, *, after_cursor: str | None = None
-    ) -> AsyncIterator[AsyncIterator[JournalRecord]]:
+    ) -> AbstractAsyncContextManager[AsyncIterator[JournalRecord]]:
         """Records of `unit` logged after `after_cursor` (default: now), until the context exits; the
         journalctl process never outlives the context."""
+        return self._follow(["-u", unit], unit, after_cursor)
+
+    def follow_kernel(self) -> AbstractAsyncContextManager[AsyncIterator[JournalRecord]]:
+        """The kernel's messages from now on (SYSLOG_IDENTIFIER=kernel: what journald reads from /dev/kmsg;
+        the driver's Xid lines are among them)."""
+        return self._follow(["-t", "kernel"], "kernel", None)
+
+    @asynccontextmanager
+    async def _follow(
+        self, match: list[str], unit: str, after_cursor: str | None
+    ) -> AsyncIterator[AsyncIterator[JournalRecord]]:
         cursor = after_cursor if after_cursor is not None else await self.cursor()
-        args = ["-u", unit, "-o", "json", "--follow"]
+        args = [*match, "-o", "json", "--follow"]
         args += ["--after-cursor", cursor] if cursor else ["--lines", "all"]
         proc = await asyncio.create_subprocess_exec(
             *self._command,

@@ -60,6 +60,7 @@ class UnitState:
     exec_main_status: int
     exec_main_code: int
     exit_timestamp_us: int = 0  # CLOCK_REALTIME of the main process's exit, 0 if it has not exited
+    limit_memlock: int | None = None  # LimitMEMLOCK (bytes; 2**64-1: infinity), None where not read
 
     @property
     def is_active(self) -> bool:
@@ -190,6 +191,7 @@ class SdbusSystemd:
             exec_main_status=int(props.get("exec_main_status", 0)),
             exec_main_code=int(props.get("exec_main_code", 0)),
             exit_timestamp_us=int(props.get("exec_main_exit_timestamp", 0)),
+            limit_memlock=int(props["limit_memlock"]) if "limit_memlock" in props else None,
         )
 
     async def reset_failed(self, unit: str) -> None:

@@ -121,6 +121,10 @@ class ServiceInterface(DbusInterfaceCommonAsync, interface_name="org.freedesktop
     def exec_main_code(self) -> int:
         raise NotImplementedError
 
+    @dbus_property_async("t", property_name="LimitMEMLOCK")
+    def limit_memlock(self) -> int:
+        raise NotImplementedError
+
 
 class ServiceUnitProxy(ServiceInterface, UnitInterface):
     """A service unit object: both interfaces, read with one GetAll each, the Unit's first (sdbus reads

@@ -23,7 +23,8 @@ import httpx
 from daemon.core.jsontypes import RequestBody, StoredJson
 from daemon.core.profiles import Profile
 from daemon.datasets.shapes import prompt_text
-from daemon.engines.base import Engine, MetricsSnapshot
+from daemon.engines.base import Engine
+from daemon.engines.engine_types import MetricsSnapshot
 from daemon.measure.client import Request, run_level
 from daemon.measure.prompts import PromptSet
 

@@ -15,8 +15,9 @@ from daemon.core.jsontypes import RequestBody, StoredJson, VllmSummary
 from daemon.core.profiles import LoadedProfile
 from daemon.core.run_types import Phase, Progress
 from daemon.datasets.shapes import PATHS, salted_body
-from daemon.engines.base import Engine, MetricsSnapshot
+from daemon.engines.base import Engine
 from daemon.engines.client import Prober
+from daemon.engines.engine_types import MetricsSnapshot
 from daemon.engines.metric_text import delta
 from daemon.measure.acceptance import AcceptancePass
 from daemon.measure.client import LevelResult, Request, run_level

@@ -41,7 +41,7 @@ class RamBudget:
         held: Callable[[], Mapping[str, int]] = dict,
     ) -> None:
         self.budget_bytes = budget_bytes
-        self._weight_bytes = weight_bytes
+        self.weight_bytes = weight_bytes  # a profile's weight files' size (what a level-1 park pins)
         self._mem_available = mem_available
         self.reserve_bytes = reserve_bytes
         self._held = held  # the RAM ledger: each parked engine's host RAM as last read (parking/ledger.py)
@@ -54,7 +54,7 @@ class RamBudget:
         parked engines to stop first, least recently used first: for the budget, then for the reserve (what
         MemAvailable would leave). What stopping one frees is the RAM ledger's figure of it (its recorded
         weights where the ledger has none)."""
-        ram = await asyncio.to_thread(self._weight_bytes, p)
+        ram = await asyncio.to_thread(self.weight_bytes, p)
         # The budget counts pinned weights (as recorded); what stopping an engine gives back to
         # MemAvailable is all its processes hold (the ledger's figure).
         pinned = [guards.Pinned(o.profile, o.since, o.host_ram_bytes) for o in others]

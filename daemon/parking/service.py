@@ -17,8 +17,9 @@ from daemon.core.hoststate import ParkedInfo
 from daemon.core.profiles import LoadedProfile, Profile, ProfileSet
 from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
 from daemon.engines import engine_for
-from daemon.engines.base import Engine, ParkCalls
+from daemon.engines.base import Engine
 from daemon.engines.client import EnginePort, ProbeFailed, ProbeProgress
+from daemon.engines.engine_types import ParkCalls
 from daemon.engines.probing import in_flight, probe_generation
 from daemon.host.systemd import SystemdPort
 from daemon.parking import guards, levels

@@ -6,8 +6,8 @@ from __future__ import annotations
 import asyncio
 
 from daemon.core.profiles import Profile
-from daemon.engines.base import ParkCalls
 from daemon.engines.client import EnginePort
+from daemon.engines.engine_types import ParkCalls
 from daemon.teardown.execute import Teardown
 from daemon.teardown.plan import Parked
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from daemon.core.run_types import Phase, Progress
-from daemon.engines.base import LogEvent
+from daemon.engines.engine_types import LogEvent
 from daemon.runs.recorder import RunRecorder
 
 

@@ -19,7 +19,7 @@ from daemon.runs.held import HeldWrites
 from daemon.store.models import utcnow
 from daemon.store.queries import Store
 from daemon.store.switch_cost import SwitchCostStore
-from daemon.teardown.execute import TeardownReport
+from daemon.teardown.report import TeardownReport
 
 T = TypeVar("T")
 

@@ -9,7 +9,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from daemon.core.profiles import Profile
-from daemon.engines.base import Engine, MetricsSnapshot, UsageDelta
+from daemon.engines.base import Engine
+from daemon.engines.engine_types import MetricsSnapshot, UsageDelta
 from daemon.store.models import ServingMetric
 from daemon.store.serving import weighted
 

@@ -11,7 +11,7 @@ from typing import Protocol
 
 from daemon.core.hoststate import ParkedInfo
 from daemon.core.profiles import LoadedProfile
-from daemon.engines.base import MetricsSnapshot
+from daemon.engines.engine_types import MetricsSnapshot
 from daemon.serving.metrics import MetricsWindow
 
 LIVE_SAMPLES = 120  # per-interval samples kept in memory for the page's live chart

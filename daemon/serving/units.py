@@ -17,6 +17,7 @@ from daemon.core.profiles import LoadedProfile, Policy, ProfileSet
 from daemon.core.run_types import NewRun, Outcome, RunKind
 from daemon.core.settings import Settings
 from daemon.engines.excerpt import journal_excerpt
+from daemon.health.gate import GpuGate
 from daemon.host.journal import JournalPort
 from daemon.host.systemd import SystemdPort, UnitState
 from daemon.runs.jobs import Jobs
@@ -26,6 +27,7 @@ from daemon.serving.serving_run import ParkedUnits, Serving
 from daemon.serving.watch import ServingWatch
 
 log = logging.getLogger("k25.watch")
+CAUSE_WAIT_S = 1.0  # how long a crash waits for the Xid that may explain it (the kernel log's lag)
 
 
 class UnitFollower:
@@ -41,8 +43,10 @@ class UnitFollower:
         incidents: Incidents,
         parking: ParkedUnits,
         serving: ServingWatch,
+        gpus: GpuGate,
     ) -> None:
         self.settings = settings
+        self.gpus = gpus  # the GPUs' health: names the Xid that crashed an engine
         self.systemd = systemd
         self.journal = journal
         self.recorder = recorder
@@ -173,6 +177,9 @@ class UnitFollower:
             else ""
         )
         reason = f"{p.unit} exited on its own ({how}) after serving {served:.0f}s"
+        ended = st.exit_timestamp_us / 1e6 if st.exit_timestamp_us else time.time()
+        if cause := await self.gpus.cause(list(p.gpus), ended, wait_s=CAUSE_WAIT_S):
+            reason += f": {cause}"
         log.error("%s%s", reason, lag)
         excerpt = await journal_excerpt(self.journal, serving.lp.profile, [])
         run_id = await self.watch.end(

@@ -17,8 +17,8 @@ from daemon.core.profiles import LoadedProfile, Policy
 from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
 from daemon.core.settings import Settings
 from daemon.engines import engine_for
-from daemon.engines.base import MetricsSnapshot, Readiness
 from daemon.engines.client import EnginePort
+from daemon.engines.engine_types import MetricsSnapshot, Readiness
 from daemon.runs.recorder import HostAfter, RunRecorder
 from daemon.serving.metrics import MetricsWindow
 from daemon.serving.policies import Incident, Incidents

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from daemon.api.controllers import Controllers
 from daemon.api.controllers.bench import BenchController
+from daemon.api.controllers.gpus import GpusController
 from daemon.api.controllers.profiles import ProfilesController
 from daemon.api.controllers.runs import RunsController
 from daemon.api.controllers.status import StatusController
@@ -20,6 +21,7 @@ from daemon.api.controllers.teardown import TeardownController
 from daemon.capture.sink import CaptureSink
 from daemon.core.hoststate import StateHub
 from daemon.core.settings import Settings
+from daemon.health.watch import HealthWatch
 from daemon.host.pagecache import PageCache
 from daemon.installed.cache import InstalledCache
 from daemon.installed.engines import InstalledEngines
@@ -37,6 +39,7 @@ from daemon.serving.units import UnitFollower
 from daemon.serving.watch import ServingWatch
 from daemon.startup.basics import Basics
 from daemon.startup.bench_build import build_bench
+from daemon.startup.gpu_build import build_gpus_controller, build_health_watch
 from daemon.startup.machine import HostPorts
 from daemon.startup.replay import Replay, build_replay
 from daemon.status.exporter import K25Collector
@@ -52,6 +55,7 @@ from daemon.switching.launch import write_launch
 from daemon.switching.maintenance import MaintenanceTeardown
 from daemon.switching.preview import SwitchPreviewer
 from daemon.switching.reconcile import reconcile
+from daemon.switching.restart_recovery import after_restart
 from daemon.switching.transaction import Switcher
 from daemon.warming.service import WarmService
 from daemon.warming.warmer import Warmer
@@ -76,6 +80,7 @@ class Services:
     jobs: Jobs
     capture: CaptureSink
     controllers: Controllers
+    health: HealthWatch
 
     @property
     def hub(self) -> StateHub:
@@ -93,10 +98,11 @@ class Services:
             parking=self.switcher.parking,
             stop_timeout_s=self.settings.stop_timeout_s,
         )
-        await self.switcher.after_restart(rec.resume or rec.restore, resume=rec.resume is not None)
+        await after_restart(self.switcher, rec.resume or rec.restore, resume=rec.resume is not None)
         self.units.follow_units()
         self.policies.start()
         await self.sampler.start()
+        await self.health.start()
         self.warms.start_refresh()
         self.capture.start()
         self.inventory.start_asking()
@@ -119,6 +125,7 @@ class Services:
         await self.jobs.close()
         await self.capture.close()
         await self.sampler.close()
+        await self.health.close()
         await self.recorder.close()
         log.info("stopping; engine units keep running")
         await self.host.prober.aclose()
@@ -127,7 +134,8 @@ class Services:
 async def build(settings: Settings, host: HostPorts) -> Services:
     store = await asyncio.to_thread(Store.open, settings.database_path)
     recorder = RunRecorder(store, StateHub(), held_retry_s=settings.store_retry_s)
-    switch_host = SwitchHost(host.systemd, host.journal, host.teardown, host.prober)
+    health = build_health_watch(settings, host, store, recorder.hub)
+    switch_host = SwitchHost(host.systemd, host.journal, host.teardown, host.prober, health)
     installed = InstalledEngines(
         host.engine_cli,
         InstalledCache(settings.installed_cache_path),
@@ -163,7 +171,7 @@ async def build(settings: Settings, host: HostPorts) -> Services:
         incidents=incidents,
         answers=answers,
     )
-    units = _units(b, incidents, parking, watch)
+    units = _units(b, incidents, parking, watch, health)
     sampler = _sampler(b, serving_store)
     warms = WarmService(
         warmer,
@@ -178,9 +186,10 @@ async def build(settings: Settings, host: HostPorts) -> Services:
     replay = build_replay(s, recorder.store, serving_store)
     bench = build_bench(b, switcher, warms, watch, answers, replay.datasets.datasets)
     serving = _Serving(watch, units, sampler, policies)
-    controllers = _controllers(b, serving, warms, switcher, parking, answers, bench, replay)
+    gpus = build_gpus_controller(b, health, units, parking)
+    controllers = _controllers(b, serving, warms, switcher, parking, answers, bench, replay, gpus)
     parts = (recorder, inventory, watch, units, sampler, warms, switcher, answers, policies, jobs)
-    return Services(s, host, store, *parts, replay.capture.sink, controllers)
+    return Services(s, host, store, *parts, replay.capture.sink, controllers, health)
 
 
 def _parking(b: Basics, answers: KnownAnswers, warmer: Warmer) -> Parking:
@@ -207,7 +216,9 @@ def _parking(b: Basics, answers: KnownAnswers, warmer: Warmer) -> Parking:
     )
 
 
-def _units(b: Basics, incidents: Incidents, parking: Parking, watch: ServingWatch) -> UnitFollower:
+def _units(
+    b: Basics, incidents: Incidents, parking: Parking, watch: ServingWatch, health: HealthWatch
+) -> UnitFollower:
     return UnitFollower(
         settings=b.s,
         systemd=b.host.systemd,
@@ -218,6 +229,7 @@ def _units(b: Basics, incidents: Incidents, parking: Parking, watch: ServingWatc
         incidents=incidents,
         parking=parking,
         serving=watch,
+        gpus=health,
     )
 
 
@@ -268,6 +280,7 @@ def _controllers(
     answers: KnownAnswers,
     bench: BenchController,
     replay: Replay,
+    gpus: GpusController,
 ) -> Controllers:
     recorder, watch, units = b.recorder, serving.watch, serving.units
     maintenance = MaintenanceTeardown(
@@ -276,6 +289,7 @@ def _controllers(
         jobs=b.jobs,
         units=b.inventory.units,
         spared=parking.spared,
+        gpus=b.switch_host.gpus,
     )
     collector = K25Collector(
         recorder.hub,
@@ -286,6 +300,7 @@ def _controllers(
         restart_budget=serving.policies.budget,
         bench_throughput=bench.bench_store.newest_throughput,
         relative_throughput=lambda: {p: r.ratio for p, r in bench.relative.newest().items()},
+        more=(gpus.metrics,),
     )
     runs = RunsController(store=recorder.store, hub=recorder.hub, jobs=b.jobs, watch=watch)
     status = StatusController(
@@ -313,7 +328,7 @@ def _controllers(
         default_profile=b.s.default_profile,
     )
     teardown = TeardownController(maintenance)
-    return Controllers(status, profiles, runs, teardown, bench, replay.capture, replay.datasets)
+    return Controllers(status, profiles, runs, teardown, bench, replay.capture, replay.datasets, gpus)
 
 
 def _sampler(b: Basics, serving_store: ServingStore) -> HostSampler:

@@ -34,6 +34,7 @@ class K25Collector:
         restart_budget: Callable[[], dict[str, int]],
         bench_throughput: Callable[[], dict[str, float]],
         relative_throughput: Callable[[], dict[str, float]],
+        more: tuple[Callable[[], Iterator[Metric]], ...] = (),
     ) -> None:
         self.hub = hub
         self.store = store
@@ -43,6 +44,7 @@ class K25Collector:
         self.restart_budget = restart_budget
         self.bench_throughput = bench_throughput
         self.relative_throughput = relative_throughput
+        self.more = more  # other capabilities' families (the GPUs' health)
 
     def collect(self) -> Iterator[Metric]:
         st = self.hub.status
@@ -78,6 +80,8 @@ class K25Collector:
                 g.add_metric([profile], v)
             yield g
         yield from self._switch_cost()
+        for families in self.more:
+            yield from families()
         yield from self._loads(summary)
         yield from self._teardown(summary)
         bench = GaugeMetricFamily(

@@ -247,3 +247,36 @@ class DatasetPrompt(SQLModel, table=True):
     category: str | None = None
     body: str  # JSON {"prompt" | "messages", "params"}
     output_tokens: int | None = None  # the length to generate, where the source says
+
+
+class GpuEvent(SQLModel, table=True):
+    """An event the GPU driver reported (an Xid, an ECC event) or k25-ctl saw (a lost GPU, a holder stuck
+    in D state), deduplicated across NVML and the kernel log."""
+
+    __tablename__ = "gpu_events"
+
+    id: int | None = Field(default=None, primary_key=True)
+    at: float = Field(index=True)  # Unix seconds
+    gpu: int | None = Field(default=None, index=True)
+    bus_id: str | None = None
+    source: str  # nvml | kernel | nvml+kernel | k25-ctl
+    kind: str  # xid | ecc_double | ecc_single | lost | d_state
+    code: int = 0  # the Xid
+    pid: int | None = None
+    message: str = ""
+
+
+class GpuMark(SQLModel, table=True):
+    """A reason an event left on a GPU's health (degraded, needs_reset), kept until a verified reset or an
+    operator's acknowledgement (the run that cleared it)."""
+
+    __tablename__ = "gpu_marks"
+
+    id: int | None = Field(default=None, primary_key=True)
+    gpu: int = Field(index=True)
+    state: str  # degraded | needs_reset
+    reason: str
+    at: float
+    xid: int | None = None
+    cleared_at: float | None = None
+    cleared_by_run: int | None = None

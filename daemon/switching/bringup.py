@@ -14,8 +14,9 @@ from typing import Protocol
 from daemon.core.errors import K25Error
 from daemon.core.profiles import Profile
 from daemon.core.run_types import Phase
-from daemon.engines.base import Engine, LogEvent, LogKind, ignore_patterns
+from daemon.engines.base import Engine, ignore_patterns
 from daemon.engines.client import EnginePort, ProbeFailed, ProbeProgress
+from daemon.engines.engine_types import LogEvent, LogKind
 from daemon.engines.load_stages import LoadStages
 from daemon.engines.probing import probe_generation
 from daemon.host.journal import JournalPort, JournalRecord

@@ -47,6 +47,7 @@ async def stop_and_teardown(
     )
     await recorder.teardown(run_id, report)
     if report.needs_reset:
+        await host.gpus.stuck(run_id, report.needs_reset)
         raise SwitchFailed(report.error or "needs_reset", needs_reset=True)
     if not report.ok:
         raise SwitchFailed(f"teardown did not leave the GPUs clean: {report.error}")

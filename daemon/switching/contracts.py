@@ -4,13 +4,14 @@ tells (the serving watch, the unit follower, the warm before a start), and how i
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Coroutine
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from daemon.core.errors import K25Error
 from daemon.core.profiles import LoadedProfile, Profile
 from daemon.core.run_types import Outcome
 from daemon.engines.client import EnginePort
+from daemon.health.gate import GpuGate, OpenGate
 from daemon.host.journal import JournalPort
 from daemon.host.systemd import SystemdPort
 from daemon.runs.recorder import HostAfter
@@ -33,6 +34,7 @@ class SwitchHost:
     journal: JournalPort
     teardown: Teardown
     prober: EnginePort
+    gpus: GpuGate = field(default_factory=OpenGate)  # the GPUs' health: no engine on a GPU that needs a reset
 
 
 class ServingHooks(Protocol):

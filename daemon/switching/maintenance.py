@@ -10,10 +10,12 @@ from collections.abc import Awaitable, Callable
 from daemon.core.errors import Busy
 from daemon.core.hoststate import HostState, StateHub
 from daemon.core.run_types import NewRun, Outcome, RunKind
+from daemon.health.gate import GpuGate
 from daemon.runs.jobs import JobKind, Jobs
 from daemon.runs.recorder import HostAfter, RunRecorder
-from daemon.teardown.execute import Teardown, TeardownReport
+from daemon.teardown.execute import Teardown
 from daemon.teardown.plan import Parked, TeardownPlan
+from daemon.teardown.report import TeardownReport
 
 log = logging.getLogger("k25.teardown")
 # The states in which no engine should run: only then may a maintenance teardown kill engine processes.
@@ -29,8 +31,10 @@ class MaintenanceTeardown:
         jobs: Jobs,
         units: Callable[[], tuple[str, ...]],
         spared: Callable[[], Awaitable[tuple[Parked, ...]]],
+        gpus: GpuGate,
     ) -> None:
         self.teardown = teardown
+        self.gpus = gpus  # a holder that survives SIGKILL marks its GPUs needs_reset
         self.recorder = recorder
         self.jobs = jobs
         self.hub: StateHub = recorder.hub
@@ -57,6 +61,8 @@ class MaintenanceTeardown:
         log.info("run %d: maintenance teardown", run_id)
         report = await self.teardown.run(managed_units=self._units(), parked=await self._spared())
         await self.recorder.teardown(run_id, report)
+        if report.needs_reset:
+            await self.gpus.stuck(run_id, report.needs_reset)
         host = HostAfter(HostState.NEEDS_RESET, None, report.error) if report.needs_reset else None
         outcome = Outcome.OK if report.ok else Outcome.FAILED
         await self.recorder.finish(run_id, outcome, error=report.error, host=host)

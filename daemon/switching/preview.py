@@ -48,6 +48,8 @@ class SwitchPreviewer:
         refused = self.jobs.busy_reason()
         if st.state is HostState.NEEDS_RESET:
             refused = f"the host needs a GPU reset or reboot: {st.reason}"
+        if (unhealthy := self.switcher.host.gpus.blocked(lp.profile.gpus)) and not force:
+            refused = unhealthy
         if not force and await self.switcher.serves(lp):
             return SwitchPreview(
                 name, serving, st.state.value, False, f"{name} is already active and healthy"

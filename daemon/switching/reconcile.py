@@ -69,7 +69,7 @@ async def reconcile(
     if chosen and not resume:
         recorder.settle(HostAfter(HostState.ACTIVE, chosen))
         await serving.begin(profiles.valid[chosen], parent=None, adopt_run=keep[0] if keep else None)
-    else:  # what to do next (resume, restore) is the switcher's: see Switcher.after_restart
+    else:  # what to do next (resume, restore) is the switcher's: see restart_recovery.after_restart
         recorder.settle(HostAfter(HostState.IDLE))
     log.info(
         "reconciled: active units %s, adopted %s, parked %s",

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from daemon.core.errors import K25Error, Refused
 from daemon.core.hoststate import HostState
 from daemon.core.profiles import LoadedProfile, ProfileSet, WarmMode
-from daemon.core.run_types import CutShort, NewRun, Outcome, Phase, RunKind
+from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
 from daemon.engines import engine_for
 from daemon.engines.excerpt import journal_excerpt
 from daemon.parking.service import Parking
@@ -80,14 +80,19 @@ class Switcher:
         parent: int | None = None,
         from_profile: str | None = None,
         drain: bool = True,
+        unhealthy_gpus_ok: bool = False,
     ) -> int | None:
         """Start a switch (or a restart or rollback the serving watch asks for, linked to `parent`); returns
         its run id, or None when `name` is already active and healthy. The serving engine drains first
-        unless `drain` is False, `force` is given or its profile says `drain = false`."""
+        unless `drain` is False, `force` is given or its profile says `drain = false`. No engine starts on
+        a GPU that needs a reset unless `unhealthy_gpus_ok` (a forced activate by hand; never a policy)."""
         profiles = await self.read_profiles()  # afresh: the file as it is now is what runs
         lp = profiles.require(name)
         if self.hub.status.state is HostState.NEEDS_RESET:
             raise Refused(f"the host needs a GPU reset or reboot: {self.hub.status.reason}")
+        if (unhealthy := self.host.gpus.blocked(lp.profile.gpus)) and not unhealthy_gpus_ok:
+            log.error("%s not started: %s", name, unhealthy)
+            raise Refused(f"{name} not started: {unhealthy} (reset it: k25-ctl gpus reset; or force)")
         if not force:  # started by hand and loading: it is this profile, soon active; not started again
             await self.serving.settled(name)
         # nothing to do needs no place in the queue (a switch that just ended holds it)
@@ -146,37 +151,6 @@ class Switcher:
             txn.resumed_wake = woke
             slot.start(run_id, self._transaction(run_id, lp, from_profile, txn, resume=True))
             return run_id
-
-    async def after_restart(self, cut: CutShort | None, *, resume: bool) -> None:
-        """Finish what a daemon restart cut short: probe the engine it was starting (`resume`), or, with
-        nothing running, bring the known-good profile back (the undo it could not finish)."""
-        if cut is None:
-            return
-        profiles = await self.read_profiles()
-        lp = profiles.get(cut.profile)
-        if resume and lp is not None:
-            woke = cut.phase is Phase.WAKING
-            await self.resume(lp, profiles, parent=cut.run_id, from_profile=cut.from_profile, woke=woke)
-            return
-        target = await self.rollback_target(cut.profile, cut.from_profile, profiles)
-        if target is None:
-            what = f"run {cut.run_id} ({cut.kind} to {cut.profile}, in {cut.phase})"
-            reason = f"the daemon stopped during {what} and no known-good profile is left: activate one"
-            self.recorder.settle(HostAfter(HostState.DEGRADED, None, reason))
-            return
-        log.warning(
-            "run %d was cut short in %s with nothing running: restoring %s",
-            cut.run_id,
-            cut.phase,
-            target.profile.name,
-        )
-        await self.activate(
-            target.profile.name,
-            force=True,
-            kind=RunKind.ROLLBACK,
-            parent=cut.run_id,
-            from_profile=cut.profile,
-        )
 
     async def read_profiles(self) -> ProfileSet:
         """The profiles folder, read once per switch; every profile a switch can start is followed."""

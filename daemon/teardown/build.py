@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from daemon.core.settings import Settings
 from daemon.engines import all_front_end_titles, all_process_titles, all_shm_patterns
 from daemon.host.gpu import GpuView, NoGpus, NvmlGpus, SimulatedGpus
+from daemon.host.gpu_health import GpuHealthPort, NoHealth
+from daemon.host.host_facts import HostFacts, NoFacts, NvmlFacts, SimulatedFacts
+from daemon.host.nvml_health import NvmlHealth
 from daemon.host.procs import ProcfsProcesses
 from daemon.host.shm import DevShm
 from daemon.host.signals import PidfdControl
+from daemon.host.sim_health import SimulatedHealth
 from daemon.teardown.execute import Teardown
 from daemon.teardown.plan import TeardownPolicy
 
@@ -23,6 +29,28 @@ def build_gpus(settings: Settings) -> GpuView:
     if settings.gpu_backend == "none":
         return NoGpus()
     return NvmlGpus()
+
+
+def build_health(settings: Settings, gpus: GpuView) -> GpuHealthPort:
+    """The health readings beside the GPUs: NVML's (sharing its init), the sandbox's files, or none."""
+    if isinstance(gpus, NvmlGpus):
+        return NvmlHealth(gpus)
+    if settings.gpu_backend == "simulated":
+        return SimulatedHealth(sim_health_dir(settings), settings.sim_gpu_count)
+    return NoHealth()
+
+
+def build_facts(settings: Settings, gpus: GpuView) -> HostFacts:
+    if isinstance(gpus, NvmlGpus):
+        return NvmlFacts(gpus)
+    if settings.gpu_backend == "simulated":
+        return SimulatedFacts(sim_health_dir(settings), settings.sim_gpu_count)
+    return NoFacts()
+
+
+def sim_health_dir(settings: Settings) -> Path:
+    """Where the sandbox's simulated GPUs keep their faults: beside their device files."""
+    return Path(settings.gpu_device_glob).parent / "health"
 
 
 def teardown_policy(settings: Settings) -> TeardownPolicy:

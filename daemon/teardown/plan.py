@@ -62,6 +62,7 @@ class Victim:
     gpu_mib: int | None
     started: float
     orphan: bool = False  # an engine process whose parent is gone: a short SIGTERM grace
+    gpus: tuple[int, ...] = ()  # the GPUs it holds (NVML contexts, mapped devices)
 
 
 @dataclass(frozen=True)
@@ -265,6 +266,7 @@ def plan(snap: Snapshot, policy: TeardownPolicy) -> TeardownPlan:
             scope.mib.get(pid),
             by_pid[pid].started,
             _is_orphan(by_pid[pid], by_pid, policy),
+            tuple(sorted(scope.held(by_pid[pid]))),
         )
         for pid, r in sorted(chosen.items())
     ]

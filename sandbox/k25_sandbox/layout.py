@@ -282,6 +282,8 @@ def write_tree(
     for i in range(GPU_COUNT):
         (dev / f"nvidia{i}").write_bytes(b"\0" * 4096)
     (dev / "nvidiactl").write_bytes(b"\0" * 4096)
+    (dev / "health").mkdir()  # the simulated GPUs' faults (k25_sandbox/gpu_faults.py)
+    os.mkfifo(dev / "health/events", 0o600)  # their NVML event path (daemon/host/sim_health.py)
     for token in (etc / "token", etc / "capture-token"):  # the admin's, and the balancer's mirror's
         fd = os.open(token, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         os.write(fd, secrets.token_urlsafe(32).encode() + b"\n")
@@ -350,6 +352,17 @@ def _daemon_settings(root: Path, port: int) -> dict[str, str]:
         "gpu_backend": '"simulated"',
         "gpu_device_glob": json.dumps(f"{dev}/nvidia*"),
         "sim_gpu_count": str(GPU_COUNT),
+        # The simulated GPUs' reset: clears their faults (k25_sandbox/gpu_faults.py, run as a script).
+        "gpu_reset_command": json.dumps(
+            [
+                sys.executable,
+                str(Path(__file__).with_name("gpu_faults.py")),
+                "reset",
+                "--dir",
+                str(dev / "health"),
+            ]
+        ),
+        "expected_gpus": str(GPU_COUNT),
         "bind_host": '"127.0.0.1"',
         "port": str(port),
         "term_grace_s": "5",

@@ -71,6 +71,7 @@ async def test_the_default_profile_restarts_within_its_cap(env: Env) -> None:
         env, lambda s: s["state"] == "active" and s["serving_run_id"] not in (None, first), "restarted"
     )
     restart = next(r for r in await _runs(env) if r["kind"] == "switch" and r["parent_id"] == first)
+    restart = await wait_run(env, restart["id"])  # the host reads active first; the run ends just after
     assert (restart["profile"], restart["outcome"]) == ("baseline", "active")
     # A second crash within the hour: the cap holds, the host stays failed and says why.
     env.systemd._set(BASE, "failed", "failed", "exit-code")

@@ -17,7 +17,7 @@ import httpx
 from daemon.core.profiles import Profile, load_profiles
 from daemon.core.settings import load_settings
 from daemon.engines import engine_for
-from daemon.engines.base import LogKind
+from daemon.engines.engine_types import LogKind
 from daemon.host.gpu import SimulatedGpus
 from daemon.host.journal import JournalctlJournal
 from daemon.host.procs import ProcfsProcesses

@@ -83,7 +83,7 @@ def test_every_dashboard_query_returns_data_from_a_real_prometheus(
         assert empty == [], empty
         groups = prom.get("/api/v1/rules").json()["data"]["groups"]
         rules = [r for g in groups for r in g["rules"]]
-        assert len(rules) == 13, rules
+        assert len(rules) == 15, rules
         assert all(r["health"] == "ok" for r in rules), rules
         firing = {a["labels"]["alertname"] for r in rules for a in r.get("alerts", [])}
         print(f"alerts pending or firing: {sorted(firing)}")

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 
 from daemon.core.profiles import Profile, SpeculativeConfig
-from daemon.engines.base import LogKind, Readiness, ignore_patterns
+from daemon.engines.base import ignore_patterns
+from daemon.engines.engine_types import LogKind, Readiness
 from daemon.engines.sglang import ENGINE as SGLANG
 from daemon.engines.vllm import ENGINE as VLLM
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from daemon.core.profiles import ParkMode
 from daemon.engines import engine_for
-from daemon.engines.base import ParkCalls, ParkStep
 from daemon.engines.checks import load_checked_profiles
+from daemon.engines.engine_types import ParkCalls, ParkStep
 
 BASE = 'engine = "{engine}"\nmodel = "/m"\nport = {port}\ntensor_parallel_size = 1\ngpus = [0]\n'
 SPEC = '\n[speculative]\ndraft_model = "/d"\nnum_speculative_tokens = 3\n'

@@ -9,7 +9,7 @@ from pathlib import Path
 from daemon.core.profiles import Profile
 from daemon.core.run_types import NewRun, RunKind
 from daemon.engines import vllm
-from daemon.engines.base import MetricsSnapshot
+from daemon.engines.engine_types import MetricsSnapshot
 from daemon.serving.metrics import MetricsWindow
 from daemon.store.models import ServingMetric
 from daemon.store.queries import Store

@@ -207,3 +207,26 @@ def test_page_shows_the_load_breakdown_and_residency(page: Any, api: Api, sandbo
     page.screenshot(path=str(ARTIFACTS / "web-load-breakdown.png"), full_page=True)
     assert errors == []
     api.activate("baseline")
+
+
+def test_page_shows_each_gpus_health_as_it_changes(page: Any, api: Api, sandbox: SandboxInfo) -> None:
+    """The GPU card (issue 69): a thermal slowdown on GPU 7 reads degraded with its reason, then healthy
+    again, pushed by the status stream (no reload)."""
+    from k25_sandbox import gpu_faults
+
+    health = Path(sandbox.dir) / "dev/health"
+    errors = errors_of(page)
+    page.goto(sandbox.url + "/")
+    cell = "#gpus tr[data-gpu='7'] td.gpu-health"
+    page.wait_for_function(f"document.querySelector(\"{cell}\")?.textContent === 'healthy'", timeout=15000)
+    gpu_faults.set_fault(health, 7, slowdowns=["hw_thermal"])
+    try:
+        page.wait_for_function(
+            f"document.querySelector(\"{cell}\")?.textContent.startsWith('degraded')", timeout=15000
+        )
+        assert "clocks slowed: hw thermal" in page.text_content(cell)
+        assert "h-degraded" in (page.get_attribute(cell, "class") or "")
+    finally:
+        gpu_faults.clear(health, [7])
+    page.wait_for_function(f"document.querySelector(\"{cell}\")?.textContent === 'healthy'", timeout=15000)
+    assert errors == []

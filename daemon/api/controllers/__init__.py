@@ -7,6 +7,7 @@ from dataclasses import dataclass
 
 from daemon.api.controllers.bench import BenchController
 from daemon.api.controllers.capture import CaptureController, DatasetsController
+from daemon.api.controllers.gpus import GpusController
 from daemon.api.controllers.profiles import ProfilesController
 from daemon.api.controllers.runs import RunsController
 from daemon.api.controllers.status import StatusController
@@ -22,3 +23,4 @@ class Controllers:
     bench: BenchController
     capture: CaptureController
     datasets: DatasetsController
+    gpus: GpusController

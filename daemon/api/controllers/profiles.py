@@ -84,7 +84,7 @@ class ProfilesController:
     async def activate(
         self, name: str, *, force: bool, wait: bool, drain: bool = True
     ) -> AcceptedOut | RunOut:
-        run_id = await self.switcher.activate(name, force=force, drain=drain)
+        run_id = await self.switcher.activate(name, force=force, drain=drain, unhealthy_gpus_ok=force)
         if run_id is None:
             return AcceptedOut(run_id=None, detail="already active")
         if wait:

@@ -10,7 +10,7 @@ from fastapi import APIRouter, FastAPI
 from fastapi.responses import HTMLResponse
 from fastapi.staticfiles import StaticFiles
 
-from daemon.api.routes import benchmarks, capture, profiles, runs, status, teardown
+from daemon.api.routes import benchmarks, capture, gpus, profiles, runs, status, teardown
 
 INDEX = Path(__file__).resolve().parent.parent / "templates" / "index.html"
 STATIC = Path(__file__).resolve().parent.parent / "static"  # the page's script, styles and vendored uPlot
@@ -22,7 +22,15 @@ async def index() -> HTMLResponse:
     return HTMLResponse(INDEX.read_text(encoding="utf-8"))
 
 
-WRITES = (profiles.write, profiles.restoring, runs.write, teardown.write, benchmarks.write, capture.write)
+WRITES = (
+    profiles.write,
+    profiles.restoring,
+    runs.write,
+    teardown.write,
+    benchmarks.write,
+    capture.write,
+    gpus.write,
+)
 READS = (
     status.balancer,
     status.read,
@@ -32,6 +40,7 @@ READS = (
     teardown.read,
     benchmarks.read,
     capture.read,
+    gpus.read,
 )
 
 

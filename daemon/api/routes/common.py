@@ -12,6 +12,7 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from daemon.api import auth
 from daemon.api.controllers import Controllers
 from daemon.api.controllers.bench import BenchController
+from daemon.api.controllers.gpus import GpusController
 from daemon.api.controllers.profiles import ProfilesController
 from daemon.api.controllers.runs import RunsController
 from daemon.api.controllers.status import StatusController
@@ -44,6 +45,10 @@ async def teardown_controller(request: Request) -> TeardownController:
 
 async def bench_controller(request: Request) -> BenchController:
     return _controllers(request).bench
+
+
+async def gpus_controller(request: Request) -> GpusController:
+    return _controllers(request).gpus
 
 
 # Declared for OpenAPI (the security scheme); the check itself is auth.check's constant-time compare.
@@ -97,6 +102,7 @@ ProfilesCtl = Annotated[ProfilesController, Depends(profiles_controller)]
 RunsCtl = Annotated[RunsController, Depends(runs_controller)]
 TeardownCtl = Annotated[TeardownController, Depends(teardown_controller)]
 BenchCtl = Annotated[BenchController, Depends(bench_controller)]
+GpusCtl = Annotated[GpusController, Depends(gpus_controller)]
 MAX_ID = 2**63 - 1  # SQLite's INTEGER: a larger id reaches no row, and must not reach SQLite
 RunId = Annotated[int, ApiPath(ge=1, le=MAX_ID, description="a run's id")]
 Limit = Annotated[int, Query(ge=1, le=1000)]

@@ -64,13 +64,17 @@ function renderStatus(st) {
   document.querySelectorAll("button[data-activate]").forEach((b) => b.disabled = st.state === "switching");
 }
 
-function renderGpus(gpus) {
+function renderGpus(gpus, health) {
+  const of = Object.fromEntries((health || []).map((h) => [h.index, h]));
   $("gpus").innerHTML = gpus.map((g) => {
     const pct = g.memory_total_mib ? Math.round(100 * g.memory_used_mib / g.memory_total_mib) : 0;
-    return `<tr><td>${g.index}</td><td>${esc(g.name)}</td><td><div class="bar mem"><div data-w="${pct}"></div></div>
+    const h = of[g.index] || {state: "healthy", reasons: []};
+    const why = h.reasons.length ? `<div class="mute">${h.reasons.map(esc).join("; ")}</div>` : "";
+    return `<tr data-gpu="${g.index}"><td>${g.index}</td><td>${esc(g.name)}</td><td><div class="bar mem"><div data-w="${pct}"></div></div>
       <span class="mute">${(g.memory_used_mib/1024).toFixed(1)} / ${(g.memory_total_mib/1024).toFixed(0)} GiB</span></td>
-      <td>${esc(g.utilization_pct ?? "–")}%</td><td>${g.power_w == null ? "–" : fmt(g.power_w, 0) + " W"}</td></tr>`;
-  }).join("") || `<tr><td colspan="5" class="mute">no GPU found</td></tr>`;
+      <td>${esc(g.utilization_pct ?? "–")}%</td><td>${g.power_w == null ? "–" : fmt(g.power_w, 0) + " W"}</td>
+      <td class="gpu-health h-${esc(h.state)}">${esc(h.state.replace("_", " "))}${why}</td></tr>`;
+  }).join("") || `<tr><td colspan="6" class="mute">no GPU found</td></tr>`;
   widths($("gpus"));
 }
 
@@ -268,7 +272,7 @@ async function refreshSweep(experiments) {
 async function refresh() {
   try {
     const [st, profiles, runs, cmp, exps, host] = await Promise.all([api("/status"), api("/profiles"), api("/runs?limit=15"), api("/compare"), api("/experiments?limit=10"), api("/host")]);
-    renderStatus(st); renderGpus(st.gpus || []); renderProfiles(profiles); renderHost(host); renderRuns(runs); renderCompare(cmp);
+    renderStatus(st); renderGpus(st.gpus || [], st.gpu_health); renderProfiles(profiles); renderHost(host); renderRuns(runs); renderCompare(cmp);
     await refreshSweep(exps);
     await refreshServing();
   } catch (e) { toast(e.message); }
