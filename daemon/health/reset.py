@@ -7,11 +7,12 @@ marks without a reset. Both are runs."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
-from daemon.core.errors import Refused
+from daemon.core.errors import K25Error, Refused
 from daemon.core.hoststate import HostState
 from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
 from daemon.health.assess import Health
@@ -64,6 +65,7 @@ class GpuService:
         env: Mapping[str, str],
         command: ResetCommand,
         stop_timeout_s: float,
+        automatic: bool = False,
     ) -> None:
         self.health = health
         self.teardown = teardown
@@ -76,6 +78,33 @@ class GpuService:
         self.env = env
         self.command = command
         self.stop_timeout_s = stop_timeout_s
+        self.automatic = automatic  # reset a GPU when an Xid asks for it (gpu_reset_automatic)
+        self._task: asyncio.Task[None] | None = None
+
+    def start(self) -> None:
+        if self.automatic:
+            self._task = asyncio.create_task(self._reset_when_asked())
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
+
+    async def _reset_when_asked(self) -> None:
+        """gpu_reset_automatic: each Xid whose NVIDIA action is RESET_GPU starts a reset of its GPU (of the
+        board, on an NVSwitch system), planned and refused like one asked for by hand."""
+        while True:
+            gpu, why = await self.health.resets_wanted.get()
+            if self.health.state(gpu) is not Health.NEEDS_RESET:
+                continue  # reset meanwhile
+            try:
+                run_id = await self.reset([gpu])
+            except K25Error as e:
+                log.error("GPU %d: automatic reset not started (%s): %s", gpu, why, e)
+                continue
+            log.warning("run %d: GPU %d reset automatically after %s (gpu_reset_automatic)", run_id, gpu, why)
+            await self.jobs.wait(run_id)
 
     def _gpus(self, asked: list[int] | None) -> list[int]:
         every = sorted(self.health.readings) or sorted(self.health.states)

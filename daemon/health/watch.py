@@ -18,7 +18,7 @@ from dataclasses import replace
 from daemon.core.hoststate import GpuHealthLine, StateHub
 from daemon.health.assess import DUPLICATE_WITHIN_S, Health, Mark, combine, duplicate, live_reasons, mark_for
 from daemon.health.kernel_log import parse
-from daemon.health.xid import lookup
+from daemon.health.xid import Action, lookup
 from daemon.host.gpu import GpuUnavailable
 from daemon.host.gpu_health import DriverEvent, GpuHealthPort, HealthReading
 from daemon.host.journal import JournalRecord
@@ -62,6 +62,8 @@ class HealthWatch:
         self._lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Condition()
+        # GPUs an Xid asked to reset (NVIDIA's action RESET_GPU), for an automatic reset where it is on.
+        self.resets_wanted: asyncio.Queue[tuple[int, str]] = asyncio.Queue()
 
     # -- lifecycle -------------------------------------------------------------------------------------
 
@@ -69,7 +71,7 @@ class HealthWatch:
         self.marks = await asyncio.to_thread(self.store.marks)
         self.xids = await asyncio.to_thread(self.store.xid_counts)
         await self.read()
-        registration = await asyncio.to_thread(self.port.registration)
+        self.registration = registration = await asyncio.to_thread(self.port.registration)
         log.info(
             "GPU health: %d GPUs read in %.0f ms; events: %s",
             len(self.readings),
@@ -188,6 +190,8 @@ class HealthWatch:
                 await asyncio.to_thread(self.store.add_mark, e.gpu, mark)
                 self.marks.setdefault(e.gpu, []).append(mark)
             log.warning("%s", self.describe(e, mark))
+            if e.kind == "xid" and e.gpu is not None and lookup(e.code).action is Action.RESET_GPU:
+                self.resets_wanted.put_nowait((e.gpu, lookup(e.code).describe()))
         await self._assess()
 
     def _mark(self, e: DriverEvent) -> Mark | None:

@@ -45,6 +45,7 @@ def build_gpus_controller(
         env=os.environ,
         command=ResetCommand(tuple(s.gpu_reset_command), s.gpu_reset_scope, s.gpu_reset_timeout_s),
         stop_timeout_s=s.stop_timeout_s,
+        automatic=s.gpu_reset_automatic,
     )
     doctor = Doctor(
         facts=b.host.facts,

@@ -8,6 +8,7 @@ broken condition with its fix."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import subprocess
 import sys
@@ -259,6 +260,7 @@ def _frozen(pids: list[int]) -> Iterator[None]:
     """The processes frozen by the cgroup v1 freezer: state D (in __refrigerator), deaf to SIGKILL until
     thawed. Thawed on the way out, whatever happened (a pending SIGKILL then ends them)."""
     group = FREEZER / f"k25-test-{os.getpid()}"
+    home = _freezer_of(pids[0])  # the sandbox's own group: what is left goes back there
     group.mkdir()
     try:
         for pid in pids:
@@ -270,9 +272,28 @@ def _frozen(pids: list[int]) -> Iterator[None]:
         yield
     finally:
         (group / "freezer.state").write_text("THAWED")
-        for left in (group / "cgroup.procs").read_text().split():
-            (FREEZER / "cgroup.procs").write_text(left)
+        eventually_sync(lambda: _emptied(group, home), what="the freezer group removed", within_s=10)
+
+
+def _freezer_of(pid: int) -> Path:
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, controllers, path = line.split(":", 2)
+        if "freezer" in controllers.split(","):
+            return FREEZER / path.lstrip("/")
+    return FREEZER
+
+
+def _emptied(group: Path, home: Path) -> bool:
+    """Move what is left (a thawed process may still be on its way out) back to its own group, then
+    remove ours; False while the kernel still counts a task in it."""
+    for left in (group / "cgroup.procs").read_text().split():
+        with contextlib.suppress(OSError):  # it exited meanwhile
+            (home / "cgroup.procs").write_text(left)
+    try:
         group.rmdir()
+    except OSError:
+        return False
+    return True
 
 
 def _holders(info: sbx.SandboxInfo, device: Path) -> list[int]:
@@ -350,3 +371,28 @@ def test_doctor_passes_then_names_each_broken_condition_with_its_fix(
         (d / "host.json").unlink()
         gf.clear(d, [1])
         api.wait_until(lambda: _state(api, 1) == "healthy", what="GPU 1 healthy")
+
+
+def test_with_automatic_resets_on_a_reset_gpu_xid_resets_it_and_nothing_else(
+    host: tuple[sbx.SandboxInfo, Api],
+) -> None:
+    """gpu_reset_automatic (off by default, on here after a daemon restart): Xid 95, whose action is
+    RESET_GPU, starts a reset run by itself; an Xid whose action is a reboot (79) does not."""
+    info, api = host
+    config = Path(info.config)
+    config.write_text("gpu_reset_automatic = true\n" + config.read_text())  # top level, before any table
+    assert inside(info, "systemctl", "restart", "k25-ctl").returncode == 0
+    api.wait_until(lambda: api.client.get("/gpus").json()["events"].startswith("simulated"), what="restarted")
+    gf.xid_event(_dir(info), 6, 95)
+    reset = api.wait_until(
+        lambda: next((r for r in api.client.get("/runs", params={"limit": 5}).json() if r["kind"] == "gpu_reset"
+                      and r["outcome"] == "ok" and r["id"] > 0 and _state(api, 6) == "healthy"), None),
+        what="the automatic reset",
+    )  # fmt: skip
+    line = _journal(info, "reset automatically after Xid 95")
+    assert f"run {reset['id']}: GPU 6" in line, line
+    gf.xid_event(_dir(info), 1, 79)
+    api.wait_until(lambda: _state(api, 1) == "needs_reset", what="GPU 1 needs a reset")
+    runs = api.client.get("/runs", params={"limit": 3}).json()
+    assert runs[0]["id"] == reset["id"] or runs[0]["kind"] != "gpu_reset", runs  # 79 waits for a person
+    _ack(api, [1])
