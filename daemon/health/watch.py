@@ -23,6 +23,7 @@ from daemon.host.gpu import GpuUnavailable
 from daemon.host.gpu_health import DriverEvent, GpuHealthPort, HealthReading
 from daemon.host.journal import JournalRecord
 from daemon.store.gpu_health import GpuHealthStore
+from daemon.store.models import GpuMark
 from daemon.teardown.report import ProcessOutcome
 
 log = logging.getLogger("k25.gpu")
@@ -68,7 +69,8 @@ class HealthWatch:
     # -- lifecycle -------------------------------------------------------------------------------------
 
     async def start(self) -> None:
-        self.marks = await asyncio.to_thread(self.store.marks)
+        for row in await asyncio.to_thread(self.store.marks):
+            self.marks.setdefault(row.gpu, []).append(Mark(Health(row.state), row.reason, row.at, row.xid))
         self.xids = await asyncio.to_thread(self.store.xid_counts)
         await self.read()
         self.registration = registration = await asyncio.to_thread(self.port.registration)
@@ -187,7 +189,10 @@ class HealthWatch:
                 self.xids[(e.gpu, e.code)] += 1
             mark = self._mark(e)
             if mark is not None and e.gpu is not None:
-                await asyncio.to_thread(self.store.add_mark, e.gpu, mark)
+                kept = GpuMark(
+                    gpu=e.gpu, state=mark.state.value, reason=mark.reason, at=mark.at, xid=mark.xid
+                )
+                await asyncio.to_thread(self.store.add_mark, kept)
                 self.marks.setdefault(e.gpu, []).append(mark)
             log.warning("%s", self.describe(e, mark))
             if e.kind == "xid" and e.gpu is not None and lookup(e.code).action is Action.RESET_GPU:
@@ -246,19 +251,22 @@ class HealthWatch:
         return "; ".join(f"GPU {g} needs a reset: {reasons[0]}" for g, reasons in bad)
 
     async def cause(self, gpus: list[int], ended: float, wait_s: float = 0.0) -> str | None:
-        """The hardware event that most likely ended an engine on `gpus` at `ended`: the newest Xid (or lost
-        GPU) on one of them within the attribution window before, that is not an application's own fault.
-        Waits up to `wait_s` for one (the kernel log's line can arrive after systemd saw the exit)."""
+        """The hardware event that most likely ended an engine on `gpus` at `ended`: the newest Xid on one
+        of them within the attribution window before, that is not an application's own fault; else a GPU
+        lost or a holder stuck. Waits up to `wait_s` for an Xid (the kernel log's line can arrive after
+        systemd saw the exit, and after NVML already lost the GPU)."""
         deadline = time.monotonic() + (wait_s if self.readings else 0.0)  # no GPU read: no event to come
-        while (found := self._cause(gpus, ended)) is None and (left := deadline - time.monotonic()) > 0:
+        while (found := self._cause(gpus, ended, xid=True)) is None and (
+            left := deadline - time.monotonic()
+        ) > 0:
             await self.changed(left)
-        return found
+        return found or self._cause(gpus, ended, xid=False)
 
-    def _cause(self, gpus: list[int], ended: float) -> str | None:
+    def _cause(self, gpus: list[int], ended: float, *, xid: bool) -> str | None:
         for _, e in reversed(self.recent):
             if e.gpu not in gpus or not (-DUPLICATE_WITHIN_S <= ended - e.at <= self.attribution_s):
                 continue
-            if e.kind == "xid" and lookup(e.code).application:
+            if (e.kind == "xid") is not xid or (e.kind == "xid" and lookup(e.code).application):
                 continue
             at = time.strftime("%H:%M:%S", time.localtime(e.at))
             if e.kind == "xid":

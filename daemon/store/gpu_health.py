@@ -8,7 +8,6 @@ from collections import Counter
 from sqlalchemy import func
 from sqlmodel import col, select
 
-from daemon.health.assess import Health, Mark
 from daemon.host.gpu_health import DriverEvent
 from daemon.store.models import GpuEvent, GpuMark
 from daemon.store.queries import Store
@@ -67,21 +66,16 @@ class GpuHealthStore:
             rows = s.exec(q).all()
         return Counter({(int(g), int(c)): int(n) for g, c, n in rows if g is not None})
 
-    def add_mark(self, gpu: int, mark: Mark) -> None:
+    def add_mark(self, mark: GpuMark) -> None:
         with self.store.session() as s:
-            s.add(GpuMark(gpu=gpu, state=mark.state.value, reason=mark.reason, at=mark.at, xid=mark.xid))
+            s.add(mark)
             s.commit()
 
-    def marks(self) -> dict[int, list[Mark]]:
-        """The marks not cleared yet, per GPU, oldest first."""
+    def marks(self) -> list[GpuMark]:
+        """The marks not cleared yet, oldest first."""
         with self.store.session() as s:
-            rows = s.exec(
-                select(GpuMark).where(col(GpuMark.cleared_at).is_(None)).order_by(col(GpuMark.id))
-            ).all()
-        out: dict[int, list[Mark]] = {}
-        for r in rows:
-            out.setdefault(r.gpu, []).append(Mark(Health(r.state), r.reason, r.at, r.xid))
-        return out
+            q = select(GpuMark).where(col(GpuMark.cleared_at).is_(None)).order_by(col(GpuMark.id))
+            return list(s.exec(q).all())
 
     def clear(self, gpus: list[int], at: float, run_id: int) -> int:
         with self.store.session() as s:

@@ -53,6 +53,16 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[sbx.Sandbox
     sbx.down(info)
 
 
+@pytest.fixture(autouse=True)
+def clean_gpus(host: tuple[sbx.SandboxInfo, Api]) -> Iterator[None]:
+    """Each test starts from healthy GPUs, whatever the one before left (a failure must not cascade)."""
+    yield
+    info, api = host
+    gf.clear(_dir(info))
+    if any(g["state"] != "healthy" for g in api.status()["gpu_health"]):
+        api.client.post("/gpus/ack", json={"note": "test cleanup"})
+
+
 def _dir(info: sbx.SandboxInfo) -> Path:
     return Path(info.dir) / "dev/health"
 
