@@ -80,6 +80,32 @@ def format_plan(plan: ApiJson) -> str:
     return "\n".join(lines)
 
 
+def _restore(path: Path, args: argparse.Namespace) -> int:
+    from daemon.cli.client import Client, daemon_url
+    from daemon.store import db
+
+    if args.file is None:
+        print("k25-ctl db restore FILE: name the backup to restore", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        Client(args.url or daemon_url(load_settings()), None, timeout=5).get("/healthz")
+    except (httpx.HTTPError, ApiError):
+        pass  # not answering: stopped, as a restore needs
+    else:
+        print(
+            "the daemon runs: stop it first (systemctl stop k25-ctl), restore, then start it", file=sys.stderr
+        )
+        return EXIT_BUSY
+    try:
+        kept, migrated = db.restore(path, args.file)
+    except db.RestoreRefused as e:
+        print(f"refused, nothing replaced: {e}", file=sys.stderr)
+        return EXIT_FAILED
+    print(f"{path}: restored from {args.file}" + (f" (migrated from {migrated})" if migrated else ""))
+    print(f"the database it replaced: {kept}" if kept else "there was no database before")
+    return EXIT_OK
+
+
 def _cmd_db(args: argparse.Namespace) -> int:
     from daemon.store import db
 
@@ -89,6 +115,8 @@ def _cmd_db(args: argparse.Namespace) -> int:
         db.upgrade(path)
         print(f"{path}: schema at head")
         return EXIT_OK
+    if args.action == "restore":
+        return _restore(path, args)
     if args.action == "backup":
         if not path.exists():
             print(f"{path}: no database to back up", file=sys.stderr)
@@ -177,10 +205,13 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("db", help="the runs database")
     p.add_argument(
         "action",
-        choices=("upgrade", "status", "backup"),
+        choices=("upgrade", "status", "backup", "restore"),
         help="upgrade: migrate the schema to the newest revision; status: exit 0 at the newest, 3 behind; "
-        "backup: a consistent copy beside it (prints its path)",
+        "backup: a consistent copy beside it (prints its path); restore FILE: replace it by a backup (the "
+        "daemon stopped; the replaced one is kept)",
     )
+    p.add_argument("file", nargs="?", type=Path, help="restore: the backup file")
+    p.add_argument("--url", help="the daemon (restore checks that it is stopped)")
     p.set_defaults(func=_cmd_db)
 
     p = sub.add_parser("serve", help="run the daemon (what k25-ctl.service runs)")

@@ -125,3 +125,52 @@ def backup(path: Path) -> Path:
             src.backup(dst)
     target.chmod(0o600)
     return target
+
+
+class RestoreRefused(Exception):
+    """The file cannot replace the database (nothing was replaced): the reason, for the operator."""
+
+
+def restore(path: Path, source: Path) -> tuple[Path | None, str | None]:
+    """Replace the database at `path` by the SQLite file `source`, after checking it: sound (integrity),
+    a k25-ctl database, and a schema this code knows (a newer one is refused: upgrade k25-ctl first).
+    The database it replaces is kept beside it; an older schema is migrated to the head. Returns (the
+    kept database or None where there was none, the revision it was migrated from or None). The daemon
+    must not run meanwhile (the CLI checks)."""
+    if not source.is_file():
+        raise RestoreRefused(f"{source}: no such file")
+    if why := healthy(source):
+        raise RestoreRefused(f"{source}: {why}")
+    try:
+        theirs, head = revisions(source)
+    except sqlite3.DatabaseError as e:
+        raise RestoreRefused(f"{source}: not readable: {e}") from e
+    if theirs is None:
+        raise RestoreRefused(f"{source}: not a k25-ctl database (no schema revision)")
+    known = _known_revisions(path)
+    if theirs not in known:
+        raise RestoreRefused(
+            f"{source}: schema {theirs} is not one this k25-ctl knows (head {head}): a newer k25-ctl "
+            "wrote it; upgrade k25-ctl first, then restore"
+        )
+    kept = None
+    if path.exists():
+        kept = path.with_name(f"{path.name}.replaced-{time.strftime('%Y%m%dT%H%M%S')}")
+        for suffix in ("", "-wal", "-shm"):
+            old = path.with_name(path.name + suffix)
+            if old.exists():
+                old.rename(kept.with_name(kept.name + suffix))
+    private(path)
+    with contextlib.closing(sqlite3.connect(f"file:{source}?mode=ro", uri=True)) as src:
+        with contextlib.closing(sqlite3.connect(path)) as dst:
+            src.backup(dst)
+    path.chmod(0o600)
+    if theirs != head:
+        upgrade(path)
+    return kept, (theirs if theirs != head else None)
+
+
+def _known_revisions(path: Path) -> set[str]:
+    from alembic.script import ScriptDirectory
+
+    return {s.revision for s in ScriptDirectory.from_config(alembic_config(path)).walk_revisions()}
