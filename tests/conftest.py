@@ -42,6 +42,11 @@ LONGEST = (  # seconds on a CI run, roughly: 300, 260, 250, 240, 185, 175, 160, 
     "tests/system/test_sweep.py",
     "tests/system/test_capture.py",
     "tests/system/test_watch.py",
+    # CPU-bound modules of a minute each (ansible-test, 400 fake engine wakes): started early, so that the
+    # end of the run is filled by the short unit and api modules instead of waiting on them.
+    "tests/system/test_gpu_health.py",
+    "tests/unit/test_ansible_sanity.py",
+    "tests/unit/test_wake_fingerprint.py",
 )
 
 

@@ -12,6 +12,7 @@ import threading
 import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import AbstractAsyncContextManager
 from dataclasses import replace
 
@@ -60,6 +61,7 @@ class HealthWatch:
         self._ecc: dict[int, int] = {}
         self._ecc_rise: dict[int, tuple[int, float]] = {}
         self._stop = threading.Event()
+        self._waiter = ThreadPoolExecutor(1, thread_name_prefix="gpu-events")
         self._lock = asyncio.Lock()
         self._tasks: list[asyncio.Task[None]] = []
         self._changed = asyncio.Condition()
@@ -91,6 +93,7 @@ class HealthWatch:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
+        self._waiter.shutdown(wait=True)  # the wait in progress ends within its second
         self.port.close()
 
     # -- readings --------------------------------------------------------------------------------------
@@ -141,9 +144,12 @@ class HealthWatch:
     # -- events ----------------------------------------------------------------------------------------
 
     async def _driver_events(self) -> None:
+        # The wait blocks in NVML (or on the FIFO) a second at a time, always: a thread of its own, so that
+        # it never holds one of the default pool's few threads that every other blocking call shares.
+        loop = asyncio.get_running_loop()
         while not self._stop.is_set():
             try:
-                events = await asyncio.to_thread(self.port.events, 1.0)
+                events = await loop.run_in_executor(self._waiter, self.port.events, 1.0)
             except GpuUnavailable as err:
                 log.error("GPU events: %s; events from the kernel log only", err)
                 return

@@ -23,7 +23,6 @@ from dataclasses import dataclass
 from typing import Protocol
 
 import numpy as np
-from scipy import stats
 
 from daemon.measure.metrics import RequestRecord
 from daemon.measure.slo import Bound, Slo
@@ -127,6 +126,8 @@ def batch_means_interval(values: Sequence[float], confidence: float = CONFIDENCE
     if size == 0 or (means <= 0).any():
         return float(data.mean()), float(data.mean())
     logs = np.log(means)
+    from scipy import stats  # here: scipy.stats costs every daemon start ~0.5 s, and most never judge a level
+
     t = float(stats.t.ppf(0.5 + confidence / 2, BATCHES - 1))
     half = t * float(logs.std(ddof=1)) / math.sqrt(BATCHES)
     return float(np.exp(logs.mean() - half)), float(np.exp(logs.mean() + half))

@@ -43,3 +43,14 @@ def test_the_formatter_lays_out_every_line() -> None:
         if "fmt: skip" in line or "fmt: off" in line
     ]
     assert skipped == []
+
+
+def test_the_daemon_starts_without_importing_scipy() -> None:
+    """scipy.stats costs every daemon start about half a second of CPU (a CI run starts dozens of
+    daemons); the statistics import it where they judge."""
+    import subprocess
+    import sys
+
+    code = "import sys, daemon.startup.app, daemon.startup.services; print('scipy' in sys.modules)"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, check=True)
+    assert done.stdout.strip() == "False"
