@@ -93,8 +93,10 @@ class HealthWatch:
         for t in self._tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await t
-        self._waiter.shutdown(wait=True)  # the wait in progress ends within its second
-        self.port.close()
+        # The port is closed on the waiter's own thread, after the wait in progress (a second at most):
+        # never under a wait, and never blocking the loop.
+        self._waiter.submit(self.port.close)
+        self._waiter.shutdown(wait=False)
 
     # -- readings --------------------------------------------------------------------------------------
 

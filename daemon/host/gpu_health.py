@@ -80,7 +80,9 @@ class GpuHealthPort(Protocol):
         """What the event source could register for, in words (the driver may refuse event types)."""
         ...
 
-    def close(self) -> None: ...
+    def close(self) -> None:
+        """Frees the event source; called on the thread that waits, after its last wait."""
+        ...
 
 
 class NoHealth:
