@@ -47,6 +47,7 @@ class NvmlHealth:
         self._registered: dict[int, list[str]] = {}
         self._refused: dict[int, list[str]] = {}
         self._closed = threading.Event()
+        self._links: dict[int, list[int]] = {}  # each GPU's NVLink links, found at the first reading
 
     def _nv(self) -> Any:
         return self._gpus.library()
@@ -69,7 +70,7 @@ class NvmlHealth:
             return HealthReading(i, "", "", lost=lost, error=None if lost else str(e))
         reading = HealthReading(i, bus_id(_text(pci)), _text(uuid))
         try:
-            values, slowdowns = _values(nv, h)
+            values, slowdowns, self._links[i] = _values(nv, h, self._links.get(i))
         except _Lost:
             return HealthReading(reading.index, reading.bus_id, reading.uuid, lost=True)
         return HealthReading(reading.index, reading.bus_id, reading.uuid, values, slowdowns)
@@ -135,7 +136,9 @@ class NvmlHealth:
                 self._set = None
 
 
-def _values(nv: Any, h: Any) -> tuple[dict[str, Value | None], tuple[str, ...] | None]:
+def _values(
+    nv: Any, h: Any, links: list[int] | None
+) -> tuple[dict[str, Value | None], tuple[str, ...] | None, list[int]]:
     def get(read: Any) -> Any:
         try:
             return read()
@@ -163,30 +166,32 @@ def _values(nv: Any, h: Any) -> tuple[dict[str, Value | None], tuple[str, ...] |
     v["pcie_gen_max"] = get(lambda: int(nv.nvmlDeviceGetMaxPcieLinkGeneration(h)))
     v["pcie_width"] = get(lambda: int(nv.nvmlDeviceGetCurrPcieLinkWidth(h)))
     v["pcie_width_max"] = get(lambda: int(nv.nvmlDeviceGetMaxPcieLinkWidth(h)))
-    up, links, errors = _nvlink(nv, h, get)
-    v["nvlink_up"], v["nvlink_links"], v["nvlink_errors"] = up, links, errors
+    found, up, errors = _nvlink(nv, h, get, links)
+    v["nvlink_up"], v["nvlink_links"], v["nvlink_errors"] = up, (len(found) if found else None), errors
     mask = get(lambda: int(_clock_reasons(nv, h)))
     slowdowns = None if mask is None else tuple(n for bit, n in SLOWDOWN_BITS.items() if mask & bit)
-    return v, slowdowns
+    return v, slowdowns, found
 
 
-def _nvlink(nv: Any, h: Any, get: Any) -> tuple[int | None, int | None, int | None]:
-    """Links that exist (NVML answers their state), how many are up, and their error counters' sum."""
-    up = links = 0
+def _nvlink(nv: Any, h: Any, get: Any, known: list[int] | None) -> tuple[list[int], int | None, int | None]:
+    """The links that exist (NVML answers their state; asked of every possible link once, then of those),
+    how many are up, and their error counters' sum."""
+    found: list[int] = []
+    up = 0
     errors: int | None = None
-    for link in range(int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))):
+    for link in known if known is not None else range(int(getattr(nv, "NVML_NVLINK_MAX_LINKS", 18))):
         state = get(lambda k=link: int(nv.nvmlDeviceGetNvLinkState(h, k)))
         if state is None:
             continue
-        links += 1
+        found.append(link)
         up += 1 if state else 0
         for counter in NVLINK_COUNTERS:
             n = get(lambda k=link, c=counter: int(nv.nvmlDeviceGetNvLinkErrorCounter(h, k, c)))
             if n is not None:
                 errors = (errors or 0) + n
-    if links == 0:
-        return None, None, None  # no NVLink here (a PCIe card), or the driver does not say
-    return up, links, errors
+    if not found:
+        return found, None, None  # no NVLink here (a PCIe card), or the driver does not say
+    return found, up, errors
 
 
 def _clock_reasons(nv: Any, h: Any) -> int:
