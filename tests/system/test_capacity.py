@@ -144,9 +144,12 @@ def test_an_over_saturated_engine_is_bisected_below_the_queue(api: Api) -> None:
     # overhead): the answer lies within the resolution below it, at most the detector's tolerance above
     # (a rate a few percent past what it serves grows a queue too slowly for a step of 30 requests to
     # show: 8.49 req/s against 8.33 was met beside the whole suite on 2 cores).
+    # What it served is measured at the queue's rates, beside the suite: it reads below SERVES when the
+    # machine is busiest (7.6 against 8.33), so the upper bound is the engine's own capacity or what it
+    # served, whichever is more.
     served = min(lv["summary"]["steady_throughput"] for lv in b["levels"] if lv["request_rate"] in over)
     assert served <= SERVES * 1.05, served
-    assert served / 1.1 <= low <= served / KEEPING_UP, (served, low)
+    assert served / 1.1 <= low <= max(served, SERVES) / KEEPING_UP, (served, low)
 
 
 def test_an_experiment_across_levels_finds_the_known_crossover(api: Api, tmp_path: Path) -> None:

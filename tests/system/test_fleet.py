@@ -101,12 +101,13 @@ def test_a_rollout_moves_one_host_at_a_time_and_no_client_notices(fleet: list[Me
 
 
 def test_the_fleet_ab_judges_each_host_on_itself(fleet: list[Member], hosts: Path) -> None:
-    """Each host's A/B of vllm-eagle3 against sglang-eagle3; host 3's sglang-eagle3 engine runs 10%
-    slower than the others' (a host that disagrees). The fleet's verdict: faster on all three, host 3 named
+    """Each host's A/B of vllm-eagle3 against sglang-eagle3; host 3's sglang-eagle3 engine runs 25%
+    slower than the others' (a host that disagrees; 10% was within what two identical hosts differ by
+    beside the whole suite on 6 workers: 2.70x and 2.45x). The fleet's verdict: faster on all three, host 3 named
     as the outlier, the fleet interval pooled from the hosts' own (inside their span)."""
     h3 = fleet[2]
     before = {m.name: m.serving()[1] for m in fleet}
-    kept = h3.edit_argv("sglang-eagle3", with_option("--rate", f"{rate_of(h3, 'sglang-eagle3') * 0.9:g}"))
+    kept = h3.edit_argv("sglang-eagle3", with_option("--rate", f"{rate_of(h3, 'sglang-eagle3') * 0.75:g}"))
     ab = json.dumps({"k25_ab": ["vllm-eagle3", "sglang-eagle3"], "k25_ab_benchmark": AB, "k25_serial": 3})
     try:
         played = play(hosts, "experiment", "-e", ab)  # all three at once (no balancer to keep serving here)
@@ -136,7 +137,7 @@ def test_the_fleet_ab_judges_each_host_on_itself(fleet: list[Member], hosts: Pat
 def _ab_sides(m: Member) -> list[tuple[str, str, object, object]]:
     """The host's two A/B benchmarks as it recorded them: profile, the engine's --rate, throughput, and
     whether other traffic shared the engine. A fresh-clone CI once read h3 at 2.65x [2.47, 2.74] against
-    2.70x (the planted 0.9 rate reads 2.42x even beside three busy loops): which side moved is the clue."""
+    2.70x (a planted 0.9 rate then read 2.42x beside three busy loops): which side moved is the clue."""
     sides = []
     for b in m.api.client.get("/benchmarks", params={"limit": 2}).json():
         argv = (b.get("provenance") or {}).get("argv") or []

@@ -61,6 +61,7 @@ def clean_gpus(host: tuple[sbx.SandboxInfo, Api]) -> Iterator[None]:
     gf.clear(_dir(info))
     if any(g["state"] != "healthy" for g in api.status()["gpu_health"]):
         api.client.post("/gpus/ack", json={"note": "test cleanup"})
+    api.wait_until(lambda: all(g["state"] == "healthy" for g in api.status()["gpu_health"]), what="healthy")
 
 
 def _dir(info: sbx.SandboxInfo) -> Path:
@@ -184,7 +185,7 @@ FAULTS = [
     ("nvml", 95, "needs_reset", "uncontained memory error; NVIDIA's action: reset the GPU"),
     ("kernel", 94, "degraded", "contained memory error; NVIDIA's action: restart the application"),
     ("remap", 63, "degraded", "a row remap is pending"),
-    ("lost", 0, "needs_reset", "NVML reports the GPU lost"),
+    ("lost", 0, "needs_reset", "GPU lost"),
     ("thermal", 0, "degraded", "clocks slowed: hw thermal"),
     ("pcie", 0, "degraded", "PCIe link x8, below its x16"),
 ]
@@ -219,6 +220,8 @@ def test_each_fault_gets_the_state_nvidia_gives_it(
     if code:
         assert _metric(info, f'k25_gpu_xid_total{{gpu="{gpu}",xid="{code}"}}') is not None
         _journal(info, f"GPU {gpu}: Xid {code} ({'kernel' if how == 'kernel' else 'nvml'}")
+    change = _journal(info, f"GPU {gpu}: healthy -> {state} (")  # one line per change of state
+    assert words in change, change
     if state == "degraded":  # a warning: the engine serves on
         assert api.status()["state"] == "active"
     print(f"{how} {code}: GPU {gpu} {state} in {took:.2f}s")
