@@ -42,7 +42,12 @@ class Mark:
 
 def mark_for(event: DriverEvent) -> Mark | None:
     """What an event leaves on its GPU: None for what changes nothing (application Xids, IGNORE rows,
-    corrected ECC events, which the readings' rate covers)."""
+    corrected ECC events, which the readings' rate covers). A GPU NVML lost and a holder stuck in D state
+    (k25-ctl's own events) need a reset."""
+    if event.kind == "lost":
+        return Mark(Health.NEEDS_RESET, "GPU lost (NVML); NVIDIA's action: reboot the machine", event.at)
+    if event.kind == "d_state":
+        return Mark(Health.NEEDS_RESET, event.message, event.at)
     if event.kind == "ecc_single":
         return None
     if event.kind == "ecc_double":

@@ -35,6 +35,7 @@ class Doctor:
         systemd: SystemdPort,
         teardown: Teardown,
         profiles: Callable[[], ProfileSet],
+        managed_units: Callable[[], tuple[str, ...]],
         engine_version: Callable[[str], str | None],
         weight_bytes: Callable[[Profile], int],
         available: Callable[[], int],
@@ -45,6 +46,7 @@ class Doctor:
         self.systemd = systemd
         self.teardown = teardown
         self.profiles = profiles
+        self.managed_units = managed_units
         self.engine_version = engine_version
         self.weight_bytes = weight_bytes
         self.available = available
@@ -55,7 +57,7 @@ class Doctor:
         facts = await asyncio.to_thread(self.facts.driver)
         await self.health.read()  # afresh: the doctor is asked for now, not for a second ago
         plan = await self.teardown.plan(
-            managed_units=tuple(lp.profile.unit for lp in profiles.valid.values()),
+            managed_units=self.managed_units(),
             ports=tuple(lp.profile.port for lp in profiles.valid.values()),
             full=False,
         )

@@ -160,9 +160,13 @@ class GpuService:
             await self.recorder.finish(run_id, Outcome.FAILED, error=error)
             return
         cleared = await self.health.clear(plan.gpus, run_id)
-        host = HostAfter(HostState.IDLE) if self.recorder.hub.status.state is HostState.NEEDS_RESET else None
+        host = self._host_after()
         detail = f"GPUs {plan.gpus} reset; readings clean; {cleared} health marks cleared"
         await self.recorder.finish(run_id, Outcome.OK, detail=detail, host=host)
+
+    def _host_after(self) -> HostAfter | None:
+        """A host that needed a reset (a teardown's D-state holder) is idle once its GPUs are vouched for."""
+        return HostAfter(HostState.IDLE) if self.recorder.hub.status.state is HostState.NEEDS_RESET else None
 
     def _still_bad(self, gpu: int) -> bool:
         """After a reset, what the readings show now (the marks are the past the reset answers)."""
@@ -178,6 +182,6 @@ class GpuService:
         cleared = await self.health.clear(gpus, run_id)
         said = "; ".join(reasons) or "none"
         detail = f"acknowledged GPUs {gpus} ({note or 'no note'}): {cleared} marks cleared: {said}"
-        host = HostAfter(HostState.IDLE) if self.recorder.hub.status.state is HostState.NEEDS_RESET else None
+        host = self._host_after()
         await self.recorder.finish(run_id, Outcome.OK, detail=detail, host=host)
         return run_id

@@ -195,7 +195,7 @@ class HealthWatch:
             self.recent.append((row, e))
             if e.kind == "xid" and e.gpu is not None:
                 self.xids[(e.gpu, e.code)] += 1
-            mark = self._mark(e)
+            mark = mark_for(e)
             if mark is not None and e.gpu is not None:
                 kept = GpuMark(
                     gpu=e.gpu, state=mark.state.value, reason=mark.reason, at=mark.at, xid=mark.xid
@@ -206,13 +206,6 @@ class HealthWatch:
             if e.kind == "xid" and e.gpu is not None and lookup(e.code).action is Action.RESET_GPU:
                 self.resets_wanted.put_nowait((e.gpu, lookup(e.code).describe()))
         await self._assess()
-
-    def _mark(self, e: DriverEvent) -> Mark | None:
-        if e.kind == "lost":
-            return Mark(Health.NEEDS_RESET, "GPU lost (NVML); NVIDIA's action: reboot the machine", e.at)
-        if e.kind == "d_state":
-            return Mark(Health.NEEDS_RESET, e.message, e.at)
-        return mark_for(e)
 
     @staticmethod
     def describe(e: DriverEvent, mark: Mark | None) -> str:

@@ -4,6 +4,7 @@ Importable without the web stack (the device machine has no FastAPI)."""
 
 from __future__ import annotations
 
+import ctypes
 import re
 import threading
 from dataclasses import dataclass, replace
@@ -78,7 +79,7 @@ class NvmlGpus:
             v = nv.nvmlSystemGetDriverVersion()
         except Exception:
             return None
-        return v.decode() if isinstance(v, bytes) else str(v)
+        return nvml_text(v)
 
     def gpus(self, *, light: bool = False) -> list[GpuInfo]:
         """All GPUs; `light` reads only memory and processes (what teardown needs, fast)."""
@@ -113,20 +114,32 @@ class NvmlGpus:
                 name, uuid = nv.nvmlDeviceGetName(h), nv.nvmlDeviceGetUUID(h)
                 info = replace(
                     info,
-                    name=name.decode() if isinstance(name, bytes) else str(name),
-                    uuid=uuid.decode() if isinstance(uuid, bytes) else str(uuid),
-                    utilization_pct=_optional(lambda h=h: int(nv.nvmlDeviceGetUtilizationRates(h).gpu), nv),
-                    power_w=_optional(lambda h=h: nv.nvmlDeviceGetPowerUsage(h) / 1000.0, nv),
+                    name=nvml_text(name),
+                    uuid=nvml_text(uuid),
+                    utilization_pct=nvml_optional(
+                        lambda h=h: int(nv.nvmlDeviceGetUtilizationRates(h).gpu), nv
+                    ),
+                    power_w=nvml_optional(lambda h=h: nv.nvmlDeviceGetPowerUsage(h) / 1000.0, nv),
                 )
             out.append(info)
         return out
 
 
-def _optional(read: Any, nv: Any) -> Any:
+def nvml_optional(read: Any, nv: Any) -> Any:
+    """An NVML read, or None where NVML refuses it (not supported on this GPU or driver)."""
     try:
         return read()
     except nv.NVMLError:
         return None
+
+
+def nvml_text(v: Any) -> str:
+    """A string NVML returned: bytes (older pynvml), a ctypes char array (a struct's field) or str."""
+    if isinstance(v, bytes):
+        return v.decode()
+    if isinstance(v, ctypes.Array):
+        return bytes(v).split(b"\0", 1)[0].decode()
+    return str(v)
 
 
 class NoGpus:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from daemon.host.gpu import NvmlGpus
+from daemon.host.gpu import NvmlGpus, nvml_optional, nvml_text
 
 TIME_ERROR = 5  # adjtimex's answer when the clock is not synchronized (man 2 adjtimex)
 
@@ -66,7 +66,7 @@ class NvmlFacts(_Common):
     def driver(self) -> DriverFacts:
         try:
             nv = self._gpus.library()
-            driver = _text(nv.nvmlSystemGetDriverVersion())
+            driver = nvml_text(nv.nvmlSystemGetDriverVersion())
             cuda_int = int(nv.nvmlSystemGetCudaDriverVersion_v2())
             cuda = f"{cuda_int // 1000}.{cuda_int % 1000 // 10}"
             modes = tuple(_modes(nv, i) for i in range(int(nv.nvmlDeviceGetCount())))
@@ -77,18 +77,12 @@ class NvmlFacts(_Common):
 
 def _modes(nv: Any, i: int) -> GpuModes:
     h = nv.nvmlDeviceGetHandleByIndex(i)
-
-    def get(read: Any) -> Any:
-        try:
-            return read()
-        except nv.NVMLError:
-            return None
-
-    ecc = get(lambda: nv.nvmlDeviceGetEccMode(h))
-    mig = get(lambda: nv.nvmlDeviceGetMigMode(h))
+    ecc = nvml_optional(lambda: nv.nvmlDeviceGetEccMode(h), nv)
+    mig = nvml_optional(lambda: nv.nvmlDeviceGetMigMode(h), nv)
+    persistence = nvml_optional(lambda: nv.nvmlDeviceGetPersistenceMode(h), nv)
     return GpuModes(
         i,
-        None if (p := get(lambda: nv.nvmlDeviceGetPersistenceMode(h))) is None else bool(p),
+        None if persistence is None else bool(persistence),
         None if ecc is None else bool(ecc[0]),
         None if ecc is None else bool(ecc[1]),
         None if mig is None else bool(mig[0]),
@@ -128,7 +122,3 @@ class SimulatedFacts(_Common):
 class NoFacts(_Common):
     def driver(self) -> DriverFacts:
         return DriverFacts(None, None, (), "no GPUs configured (gpu_backend = none)")
-
-
-def _text(v: Any) -> str:
-    return v.decode() if isinstance(v, bytes) else str(v)

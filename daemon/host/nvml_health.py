@@ -5,12 +5,11 @@ GPU that NVML reports lost (NVML_ERROR_GPU_IS_LOST) is `lost`, the rest of its r
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import threading
 import time
 from typing import Any
 
-from daemon.host.gpu import GpuUnavailable, NvmlGpus
+from daemon.host.gpu import GpuUnavailable, NvmlGpus, nvml_text
 from daemon.host.gpu_health import DriverEvent, HealthReading, Value, bus_id
 
 # Clock event reasons that mean the GPU is slowed against its will (NVML's nvmlClocksEventReason*; idle,
@@ -68,7 +67,7 @@ class NvmlHealth:
         except nv.NVMLError as e:
             lost = _code(e) == GPU_IS_LOST
             return HealthReading(i, "", "", lost=lost, error=None if lost else str(e))
-        reading = HealthReading(i, bus_id(_text(pci)), _text(uuid))
+        reading = HealthReading(i, bus_id(nvml_text(pci)), nvml_text(uuid))
         try:
             values, slowdowns, self._links[i] = _values(nv, h, self._links.get(i))
         except _Lost:
@@ -205,11 +204,3 @@ def _clock_reasons(nv: Any, h: Any) -> int:
 def _code(e: Exception) -> int | None:
     value = getattr(e, "value", None)
     return int(value) if isinstance(value, int) else None
-
-
-def _text(v: Any) -> str:
-    if isinstance(v, bytes):
-        return v.decode()
-    if isinstance(v, ctypes.Array):
-        return bytes(v).split(b"\0", 1)[0].decode()
-    return str(v)

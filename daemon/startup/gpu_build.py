@@ -53,6 +53,7 @@ def build_gpus_controller(
         systemd=b.host.systemd,
         teardown=b.host.teardown,
         profiles=b.inventory.current,
+        managed_units=b.inventory.units,
         engine_version=b.inventory.engine_version,
         weight_bytes=parking.budget.weight_bytes,
         available=b.host.available,

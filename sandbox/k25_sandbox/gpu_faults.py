@@ -1,7 +1,7 @@
 """Faults of the sandbox's simulated GPUs, as the driver would show them (daemon/host/sim_health.py reads
 them): an Xid through NVML's event path (the FIFO) or the kernel log (a `kernel` line in the sandbox's
 journal, as journald takes /dev/kmsg), ECC and remapped-row counts, a lost GPU, a slowdown, a narrower
-PCIe link, the driver's modes (doctor). An engine on a GPU that gets a fatal Xid can be made to crash.
+PCIe link, the driver's modes (doctor).
 
 Also the sandbox's GPU reset command (`python gpu_faults.py reset --dir D [--gpus 0,3]`): it clears the
 faults of the GPUs it resets, as a reset does, or fails while `<dir>/reset-fails` exists. Standard
@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -84,20 +83,6 @@ def xid_line(gpu: int, code: int, message: str, *, pid: int | None = None, name:
 def kernel_argv(line: str) -> list[str]:
     """Logs `line` as the kernel does (SYSLOG_IDENTIFIER=kernel), run inside the sandbox."""
     return ["systemd-cat", "-t", "kernel", "-p", "err", "echo", line]
-
-
-def crash_holders(device: Path, pids: list[int]) -> list[int]:
-    """SIGKILL the processes among `pids` that map `device` (a GPU gone under an engine ends it)."""
-    hit = []
-    for pid in pids:
-        try:
-            maps = Path(f"/proc/{pid}/maps").read_text()
-        except OSError:
-            continue
-        if str(device) in maps:
-            os.kill(pid, signal.SIGKILL)
-            hit.append(pid)
-    return hit
 
 
 def set_modes(directory: Path, **over: Any) -> None:
