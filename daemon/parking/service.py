@@ -27,6 +27,7 @@ from daemon.parking.budget import RamBudget, RamPlan
 from daemon.parking.costs import Way
 from daemon.parking.forecast import ParkForecast, said
 from daemon.parking.levels import at_level
+from daemon.parking.readopt import still_parked
 from daemon.proving.known_answer import KnownAnswers
 from daemon.proving.sleep import NotParked, asleep, says_sleeping
 from daemon.runs.events import RunEvents
@@ -374,7 +375,7 @@ class Parking:
         (and, where the engine can say, still sleeps) is parked again; the others are forgotten."""
         for info, sha in await asyncio.to_thread(self.store.all):
             lp = profiles.get(info.profile)
-            why = await self._still_parked(info, lp)
+            why = await still_parked(info, lp, self.systemd, self.prober)
             if why is None and lp is not None:
                 self._parked[info.profile] = _Entry(info, lp.profile, sha)
                 log.info(
@@ -385,15 +386,3 @@ class Parking:
                 await asyncio.to_thread(self.store.remove, info.profile)
         self._publish()
         return set(self._parked)
-
-    async def _still_parked(self, info: ParkedInfo, lp: LoadedProfile | None) -> str | None:
-        if lp is None:
-            return "its profile is gone or invalid"
-        try:
-            st = await self.systemd.state(info.unit)
-        except K25Error as e:
-            return f"its unit cannot be read: {e}"
-        if st.is_down or st.main_pid != info.main_pid:
-            return f"{info.unit} is {st.active_state} with main PID {st.main_pid} (parked: {info.main_pid})"
-        calls = engine_for(lp.profile).park_calls(at_level(lp.profile, info.level))
-        return await says_sleeping(self.prober, lp.profile, calls, True) if calls is not None else None
