@@ -1,0 +1,19 @@
+"""The simulation's regression traces (tests/system/sim_traces/*.json): each a failing walk found by a seed,
+shrunk by `perf/simulate.py --shrink NAME` to its shortest failing prefix and fewest steps, and replayed
+here on a fresh world: it failed on the defect and must pass on the fix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from perf.sim.walk import load_trace, simulate
+
+TRACES = sorted((Path(__file__).parent / "sim_traces").glob("*.json"))
+
+
+@pytest.mark.parametrize("trace", TRACES, ids=[t.stem for t in TRACES])
+def test_a_shrunk_trace_passes(trace: Path) -> None:
+    result = simulate(load_trace(trace))
+    assert result.failed_at is None, f"{trace.name} fails again:\n{result.trace()}"
