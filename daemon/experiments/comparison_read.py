@@ -11,18 +11,38 @@ from daemon.store.bench import BenchmarkView, BenchStore
 
 COMPARE_WINDOW = 500  # newest benchmarks compare reads
 MEMO_MAX = 1000  # judgements kept
+ANSWERS_KEPT = 64  # comparisons kept (per baseline, spec and experiment) until the benchmarks change
 
 
 class Judging:
     def __init__(self, *, bench_store: BenchStore) -> None:
         self.bench_store = bench_store
         self._memo: Memo = {}  # stored benchmarks never change: their judgement is kept
+        self._answers: dict[
+            tuple[str, str | None, int | None, int], tuple[list[BenchmarkView], Comparison]
+        ] = {}
 
     async def compare(
         self, *, baseline: str, spec_hash: str | None = None, experiment: int | None = None
     ) -> Comparison:
         """`experiment`: that experiment's benchmarks only (its rounds pooled per profile)."""
-        return await self.of(await self.window(experiment), baseline=baseline, spec_hash=spec_hash)
+        return (await self.judged(baseline=baseline, spec_hash=spec_hash, experiment=experiment))[1]
+
+    async def judged(
+        self, *, baseline: str, spec_hash: str | None = None, experiment: int | None = None
+    ) -> tuple[list[BenchmarkView], Comparison]:
+        """The window read and its comparison, kept until a benchmark is saved or a benchmark's run ends
+        (BenchStore.changes): the page asks /compare on every refresh, and judging a year's window reads
+        and decodes hundreds of request blobs (perf/history.py: 183 ms over 96 benchmarks, recomputed each
+        time). Callers only read the answer."""
+        key = (baseline, spec_hash, experiment, self.bench_store.changes)
+        if (kept := self._answers.get(key)) is None:
+            views = await self.window(experiment)
+            kept = (views, await self.of(views, baseline=baseline, spec_hash=spec_hash))
+            if len(self._answers) >= ANSWERS_KEPT:
+                self._answers.clear()
+            self._answers[key] = kept
+        return kept
 
     async def window(self, experiment: int | None = None) -> list[BenchmarkView]:
         """The newest benchmarks compare reads (`experiment`: that experiment's only)."""

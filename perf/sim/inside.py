@@ -17,6 +17,7 @@ from typing import Any
 
 SHM = Path("/dev/shm")  # noqa: S108 - the engines' shm folder, read only
 PROC = Path("/proc")
+TICKS = os.sysconf("SC_CLK_TCK")
 
 
 def _unit_states(units: list[str]) -> dict[str, dict[str, str]]:
@@ -27,7 +28,7 @@ def _unit_states(units: list[str]) -> dict[str, dict[str, str]]:
             "show",
             "--timestamp=unix",
             "-p",
-            "Id,ActiveState,MainPID,ExecMainStartTimestamp",
+            "Id,ActiveState,MainPID,ExecMainStartTimestamp,ExecMainStartTimestampMonotonic",
             "--",
             *units,
         ],
@@ -62,11 +63,13 @@ def _processes(titles: list[str]) -> list[dict[str, Any]]:
             continue
         try:
             cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-            state = (proc / "stat").read_text().rsplit(")", 1)[1].split()[0]
+            stat = (proc / "stat").read_text().rsplit(")", 1)[1].split()
+            state, started = stat[0], int(stat[19]) / TICKS  # field 22: start time, ticks since boot
         except OSError:
             continue
         if any(fnmatch.fnmatch(cmd, t) for t in titles) and state != "Z":
-            found.append({"pid": int(proc.name), "cmd": cmd[:120], "unit": _unit_of(proc), "state": state})
+            found.append({"pid": int(proc.name), "cmd": cmd[:120], "unit": _unit_of(proc), "state": state,
+                          "started_s": started})  # fmt: skip
     return found
 
 

@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 
 from daemon.store.db import revisions
-from perf.sim.world import PARKS, World
+from perf.sim.world import PARKS, RESTART_QUIET_S, World
 
 STATUS_WITHIN_S = 1.0
 CONVERGE_S = 5.0
@@ -49,9 +49,10 @@ def _db(world: World) -> sqlite3.Connection:
 
 def settle(world: World, *, within_s: float = SETTLE_S) -> list[str]:
     """Until no job holds the host and no run but the serving one is running (the daemon may be
-    restarting): [] or why it did not settle."""
+    restarting): [] or why it did not settle. A failed host must stay quiet for RESTART_QUIET_S: the
+    serving policy restarts a crashed engine after its backoff, with nothing in /status meanwhile."""
     deadline = time.monotonic() + within_s
-    last = "never answered"
+    last, quiet_since = "never answered", None
     while time.monotonic() < deadline:
         with contextlib.suppress(httpx.HTTPError, ValueError):
             st = world.client.get("/status", timeout=5).json()
@@ -60,8 +61,15 @@ def settle(world: World, *, within_s: float = SETTLE_S) -> list[str]:
                 running = db.execute(
                     "SELECT id, kind FROM runs WHERE outcome = 'running' AND kind NOT IN ('serving', 'external')"
                 ).fetchall()
-            if not busy and not running:
-                return []
+            if busy or running:
+                quiet_since = None
+            else:
+                quiet_since = quiet_since or time.monotonic()
+                if (
+                    st["state"] not in ("failed", "unhealthy")
+                    or time.monotonic() - quiet_since >= RESTART_QUIET_S
+                ):
+                    return []
             last = f"state {st['state']}, job {st.get('job_run_id')}, running {[tuple(r) for r in running]}"
         time.sleep(0.1)
     return [f"[settle] the host did not settle within {within_s:.0f}s: {last}"]
@@ -137,10 +145,19 @@ def check(world: World, r: Reading) -> list[str]:
         if seen is not None and seen != state["ActiveState"]:
             out.append(f"[units] the daemon sees {unit} {seen}, systemd {state['ActiveState']}")
     # No engine process of a stopped profile, no engine shm file nobody of a running unit holds.
+    # An engine process in a live unit's cgroup is that unit's; one outside any (an orphan that left its
+    # cgroup) is tolerated only if it started after a live engine's main process: that engine's own orphan,
+    # for its next teardown. Older ones are what a stop left behind.
     live_units = {u for u, s in units.items() if s["ActiveState"] in ("active", "activating", "deactivating")}
-    live_pids = {p["pid"] for p in r.facts["processes"] if p["unit"] in live_units}
+    starts = [
+        int(units[u].get("ExecMainStartTimestampMonotonic") or 0) / 1e6
+        for u in live_units & set(engine_units)
+    ]
+    live_pids = set()
     for p in r.facts["processes"]:
-        if p["unit"] not in live_units:
+        if p["unit"] in live_units or any(p["started_s"] >= t > 0 for t in starts):
+            live_pids.add(p["pid"])
+        else:
             out.append(f"[leftover] engine process {p['pid']} ({p['cmd'][:60]}) left in {p['unit']}")
     for name, holders in r.facts["shm"].items():
         if not set(holders) & live_pids:

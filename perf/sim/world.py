@@ -31,6 +31,10 @@ FAULTY = ("crashy", "stubborn", "orphaner", "leaky", "deadlocked")
 ALL_PROFILES = GOOD + FAULTY
 STATE_SIZE = "64m"
 DAEMON = "k25-ctl.service"
+# A crashed engine's restart comes after this backoff, doubled per restart (2 an hour by default): the
+# walk waits it out (invariants.settle) instead of the default 5 s.
+RESTART_BACKOFF_S = 0.5
+RESTART_QUIET_S = RESTART_BACKOFF_S * 2 + 1.5
 
 
 def _write_profiles(folder: Path, models: Path) -> None:
@@ -145,7 +149,8 @@ def booted() -> Iterator[World]:
     profiles.mkdir()
     _write_profiles(profiles, models)
     with _tmpfs(folder / "state") as state:
-        settings = {"state_dir": json.dumps(str(state)), "default_profile": json.dumps("alpha")}
+        settings = {"state_dir": json.dumps(str(state)), "default_profile": json.dumps("alpha"),
+                    "restart_backoff_s": str(RESTART_BACKOFF_S)}  # fmt: skip
         info = sbx.up(profiles=profiles, load_seconds=0.3, binds=(models, state), settings=settings)
         try:
             world = World(info, state)

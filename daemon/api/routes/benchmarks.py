@@ -47,9 +47,10 @@ async def import_benchmark(req: ImportIn, c: BenchCtl, response: Response) -> Ac
     return located(await c.import_results(req), response, "/benchmarks")
 
 
-@read.get("/benchmarks")
-async def benchmarks(c: BenchCtl, profile: str | None = None, limit: Limit = 50) -> list[BenchmarkOut]:
-    return await c.benchmarks(profile=profile, limit=limit)
+@read.get("/benchmarks", response_model=list[BenchmarkOut])
+async def benchmarks(c: BenchCtl, profile: str | None = None, limit: Limit = 50) -> Response:
+    """Newest first, with their levels' summaries (not their requests: GET /benchmarks/ID?requests=true)."""
+    return Response(await c.benchmarks(profile=profile, limit=limit), media_type="application/json")
 
 
 @read.get("/benchmarks/{run_id}")
