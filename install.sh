@@ -23,6 +23,7 @@ CACHE=/var/cache/k25-ctl
 UNITS=/etc/systemd/system
 LINK=/usr/local/bin/k25-ctl
 DAEMON=k25-ctl.service
+BACKUP_TIMER=k25-ctl-backup.timer  # the daily online backup of the runs database (k25-ctl db backup --scheduled)
 BASELINE=vllm-kimi-k25-int4.service
 MARK="# Managed by k25-ctl's install.sh"
 STAMP=.k25-ctl-install # in the prefix: the fingerprint of the installed source
@@ -177,7 +178,7 @@ unit_is_ours() {
 
 check_units() {
   local u name f
-  for u in "$SRC"/units/*.service; do
+  for u in "$SRC"/units/*.service "$SRC"/units/*.timer; do
     name=$(basename "$u")
     f=$(unit_file "$name")
     if [ -z "$f" ] || [ ! -e "$f" ] || unit_is_ours "$f"; then continue; fi  # none, or ours
@@ -191,7 +192,7 @@ check_units() {
 
 install_units() {
   local u name f dest reload=0
-  for u in "$SRC"/units/*.service; do
+  for u in "$SRC"/units/*.service "$SRC"/units/*.timer; do
     name=$(basename "$u")
     dest="$UNITS/$name"
     f=$(unit_file "$name")
@@ -340,6 +341,7 @@ start_daemon() {
   fi
   [ "$DRY" = 1 ] || is_active "$DAEMON" ||
     die "$DAEMON did not stay active: journalctl -u $DAEMON -n 50"
+  is_enabled "$BACKUP_TIMER" || act "enable the daily database backup ($BACKUP_TIMER)" systemctl enable -q --now "$BACKUP_TIMER"
 }
 
 # ---- uninstall --------------------------------------------------------------------------------------
@@ -349,6 +351,9 @@ uninstall() {
   if unit_is_ours "$(unit_file "$DAEMON")"; then
     ! is_active "$DAEMON" || act "stop $DAEMON" systemctl stop "$DAEMON"
     ! is_enabled "$DAEMON" || act "disable $DAEMON" systemctl disable -q "$DAEMON"
+  fi
+  if unit_is_ours "$(unit_file "$BACKUP_TIMER")" && is_enabled "$BACKUP_TIMER"; then
+    act "disable $BACKUP_TIMER" systemctl disable -q --now "$BACKUP_TIMER"
   fi
   # Engines started from k25-ctl's units stop with them; the operator's own unit keeps running.
   while read -r u _; do
@@ -361,7 +366,7 @@ uninstall() {
     say "kept $f: the operator's own unit"
   fi
   local removed=0
-  for u in "$SRC"/units/*.service; do
+  for u in "$SRC"/units/*.service "$SRC"/units/*.timer; do
     f="$UNITS/$(basename "$u")"
     if unit_is_ours "$f"; then
       act "remove $f" rm -f "$f"

@@ -100,7 +100,8 @@ def main() -> None:
     args = ap.parse_args()
     if args.plant:
         tree, python = plant.prepare(args.plant)
-        argv = [a for a in sys.argv[1:] if a not in (args.plant, "--plant")]
+        at = sys.argv.index("--plant")
+        argv = sys.argv[1:at] + sys.argv[at + 2 :]
         ran = subprocess.run(
             [python, tree / "perf/simulate.py", *argv, "--traces", str(args.traces)], check=False
         )

@@ -121,7 +121,16 @@ def _cmd_db(args: argparse.Namespace) -> int:
         if not path.exists():
             print(f"{path}: no database to back up", file=sys.stderr)
             return EXIT_FAILED
-        print(db.backup(path))
+        if not args.scheduled:
+            print(db.backup(path))
+            return EXIT_OK
+        settings = load_settings()
+        made = db.backup(path, settings.backups_path)
+        gone = db.prune_backups(settings.backups_path, path.name, settings.backups_keep)
+        print(
+            f"{made} ({made.stat().st_size / 2**20:.1f} MiB); "
+            f"removed {len(gone)} older beyond {settings.backups_keep}"
+        )
         return EXIT_OK
     current, head = db.revisions(path)
     if current == head:
@@ -212,6 +221,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("file", nargs="?", type=Path, help="restore: the backup file")
     p.add_argument("--url", help="the daemon (restore checks that it is stopped)")
+    p.add_argument(
+        "--scheduled",
+        action="store_true",
+        help="backup: into backup_dir, keeping the newest backups_keep (k25-ctl-backup.timer runs it daily)",
+    )
     p.set_defaults(func=_cmd_db)
 
     p = sub.add_parser("serve", help="run the daemon (what k25-ctl.service runs)")

@@ -113,6 +113,10 @@ class Settings(BaseSettings):
     expected_gpus: int = Field(default=8, ge=0)
     shm_min_bytes: int = Field(default=1 << 30, ge=0)
     runs_retention_days: float = Field(default=365.0, gt=0)  # older finished runs are deleted
+    # The daily online backup (k25-ctl-backup.timer runs `k25-ctl db backup --scheduled`): the newest
+    # `backups_keep` are kept in `backup_dir` (default: <state_dir>/backups).
+    backup_dir: Path | None = None
+    backups_keep: int = Field(default=7, ge=1)
 
     default_profile: str = "baseline"
     check_model_paths: bool = True
@@ -201,6 +205,10 @@ class Settings(BaseSettings):
     @property
     def database_path(self) -> Path:
         return self.db_path or self.state_dir / "k25.db"
+
+    @property
+    def backups_path(self) -> Path:
+        return self.backup_dir or self.state_dir / "backups"
 
     @property
     def installed_cache_path(self) -> Path:

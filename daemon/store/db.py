@@ -115,16 +115,34 @@ def revisions(path: Path) -> tuple[str | None, str]:
     return (str(row[0]) if row else None), head
 
 
-def backup(path: Path) -> Path:
-    """A consistent copy of the database beside it (SQLite's online backup: safe while the daemon writes),
-    named for its revision and the time: what an upgrade keeps before it migrates."""
+BACKUP_INFIX = ".backup-"
+
+
+def backup(path: Path, into: Path | None = None) -> Path:
+    """A consistent copy of the database (SQLite's online backup: safe while the daemon writes), beside it
+    or in the folder `into`, named for its revision and the time: what an upgrade keeps before it
+    migrates, and what the daily timer keeps (`prune_backups`)."""
     current, _ = revisions(path)
-    target = path.with_name(f"{path.name}.backup-{current or 'none'}-{time.strftime('%Y%m%dT%H%M%S')}")
+    stamp = time.strftime("%Y%m%dT%H%M%S") + f"{time.time() % 1:.3f}"[1:]  # ms: two in a second stay two
+    name = f"{path.name}{BACKUP_INFIX}{current or 'none'}-{stamp}"
+    if into is not None:
+        private(into / path.name)  # the folder 0700, as the state folder (a placeholder file, removed)
+        (into / path.name).unlink()
+    target = (into or path.parent) / name
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as src:
         with contextlib.closing(sqlite3.connect(target)) as dst:
             src.backup(dst)
     target.chmod(0o600)
     return target
+
+
+def prune_backups(folder: Path, name: str, keep: int) -> list[Path]:
+    """The oldest backups of database `name` in `folder` beyond the newest `keep` removed; which went."""
+    found = sorted(folder.glob(f"{name}{BACKUP_INFIX}*"), key=lambda p: p.stat().st_mtime, reverse=True)
+    gone = found[keep:]
+    for old in gone:
+        old.unlink()
+    return gone
 
 
 class RestoreRefused(Exception):

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import threading
 from collections.abc import Collection, Iterator
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
-from sqlalchemy import Engine, Executable, func, text
+from sqlalchemy import Engine, Executable, event, func, text
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlmodel import Session, col, select
 
@@ -58,9 +59,16 @@ UNWRITABLE = ("database or disk is full", "readonly database", "disk I/O error")
 class Store:
     def __init__(self, engine: Engine) -> None:
         self.engine = engine
+        # Every COMMIT on the database, counted: a reader's cache built from rows holds until it changes.
+        self._commits = itertools.count(1)
+        self.commits = 0
+        event.listen(engine, "commit", self._committed)
         self.recovered: str | None = None  # set when a broken database was moved aside at start
         self._summary: MetricsSummary | None = None
         self._summary_lock = threading.Lock()
+
+    def _committed(self, _conn: object) -> None:
+        self.commits = next(self._commits)  # atomic under the GIL: two commits never read as one
 
     @contextlib.contextmanager
     def session(self) -> Iterator[Session]:

@@ -278,3 +278,34 @@ async def test_an_exported_run_imported_back_gives_the_same_figures_and_a_bad_fi
     assert r.status_code == 422
     assert "output_throughput" in r.text
     assert "Field required" in r.text
+
+
+async def test_the_kept_lists_and_comparison_follow_every_change(env: Env) -> None:
+    """/benchmarks, /experiments and /compare are kept between changes (perf/history.py: a year's
+    window judged on every page refresh cost 183 ms): each read while nothing changed is the same answer,
+    and each change (a benchmark saved, an experiment's progress, its end) is in the next read."""
+
+    async def lists() -> tuple[Any, Any, Any]:
+        got = [await env.client.get(p) for p in ("/benchmarks", "/experiments", "/compare")]
+        return tuple(g.json() for g in got)
+
+    await _activate(env, "baseline")
+    empty = await lists()
+    assert (empty[0], empty[1], empty[2]["rows"]) == ([], [], [])
+    spec = {"concurrency": [1], "num_prompts": 2, "max_tokens": 8, "warmups": 0}
+    r = await _post(env, "/experiments", {"profiles": ["alpha", "beta"], "benchmark": spec})
+    exp_id = r.json()["run_id"]
+    listed = (await env.client.get("/experiments")).json()
+    assert [(e["run_id"], e["outcome"]) for e in listed] == [(exp_id, "running")]
+    await wait_run(env, exp_id)
+    benches, exps, cmp = await lists()
+    assert [(e["run_id"], e["outcome"], len(e["steps"])) for e in exps] == [(exp_id, "ok", 2)]
+    assert sorted(b["profile"] for b in benches) == ["alpha", "beta"]
+    assert {row["profile"] for row in cmp["rows"]} == {"alpha", "beta"}
+    assert await lists() == (benches, exps, cmp)  # unchanged: the kept answers
+    r = await _post(env, "/benchmarks", spec)
+    await wait_run(env, r.json()["run_id"])
+    after = await lists()
+    assert len(after[0]) == 3
+    assert after[0][0]["run_id"] == r.json()["run_id"]
+    assert {row["profile"] for row in after[2]["rows"]} == {"alpha", "beta", "baseline"}

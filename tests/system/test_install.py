@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 import shutil
+import sqlite3
 import subprocess
 import sys
 import tomllib
@@ -246,6 +247,15 @@ def test_a_fresh_install_serves_and_a_second_changes_nothing(host: Host, tmp_pat
     run = host.api().activate("baseline")  # with the token install.sh made
     assert run["outcome"] == "active", run["error"]
     assert host.show(BASELINE, "ActiveState") == "active"
+    # The daily online backup: its timer enabled; its service run now, beside the daemon, leaves a sound copy.
+    assert host.show("k25-ctl-backup.timer", "UnitFileState") == "enabled", out
+    assert "enable the daily database backup" in out
+    backed = host.sh("systemctl", "start", "k25-ctl-backup.service")
+    assert backed.returncode == 0, host.sh("journalctl", "-u", "k25-ctl-backup", "--no-pager").stdout
+    (copy,) = host.path("/var/lib/k25-ctl/backups").glob("k25.db.backup-*")
+    assert host.sh("/usr/local/bin/k25-ctl", "db", "status").returncode == 0
+    shutil.copy(copy, tmp_path / "backup.db")  # read here, outside the sandbox's private /var
+    assert sqlite3.connect(tmp_path / "backup.db").execute("PRAGMA quick_check").fetchone() == ("ok",)
     pid, files = host.show("k25-ctl.service", "MainPID"), _snapshot(host)
     again = host.install()
     assert again.strip().splitlines()[-1] == "nothing to change", again
@@ -298,9 +308,12 @@ def test_a_hand_written_baseline_unit_is_kept_adopted_and_outlives_an_uninstall(
     out = host.install("--uninstall")
     assert f"kept /etc/systemd/system/{BASELINE}: the operator's own unit" in out
     for p in ("/opt/k25", "/usr/local/bin/k25-ctl", "/etc/systemd/system/k25-ctl.service",
-              "/etc/systemd/system/k25-engine@.service"):  # fmt: skip
+              "/etc/systemd/system/k25-engine@.service", "/etc/systemd/system/k25-ctl-backup.timer",
+              "/etc/systemd/system/k25-ctl-backup.service"):  # fmt: skip
         assert not host.path(p).exists(), p
+    assert "disable k25-ctl-backup.timer" in out
     assert host.show("k25-ctl.service", "LoadState") == "not-found"
+    assert host.show("k25-ctl-backup.timer", "LoadState") == "not-found"
     assert host.show(BASELINE, "MainPID") == engine
     left = host.unit_processes()
     assert left

@@ -127,3 +127,25 @@ def test_the_cli_refuses_while_the_daemon_answers(tmp_path: Path, monkeypatch: p
         assert _runs(path) == [1, 2, 3]
     finally:
         server.shutdown()
+
+
+def test_the_scheduled_backup_keeps_the_newest_in_its_folder(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What k25-ctl-backup.timer runs daily: `db backup --scheduled` into backup_dir, backups_keep kept."""
+    path = tmp_path / "state/k25.db"
+    config = tmp_path / "k25-ctl.toml"
+    config.write_text(f'state_dir = "{tmp_path / "state"}"\nbackups_keep = 2\n')
+    monkeypatch.setenv("K25_CONFIG", str(config))
+    _store_with_runs(path, 1)
+    for _ in range(3):
+        assert main(["db", "backup", "--scheduled"]) == 0
+        _store_with_runs(path, 1)
+    folder = tmp_path / "state/backups"
+    kept = sorted(folder.iterdir(), key=lambda p: p.stat().st_mtime)
+    assert len(kept) == 2, kept
+    assert [len(_runs(k)) for k in kept] == [2, 3]  # the two newest: the first (1 run) went
+    assert folder.stat().st_mode & 0o777 == 0o700
+    assert all(k.stat().st_mode & 0o777 == 0o600 for k in kept)
+    assert db.restore(path, kept[-1])[0] is not None  # a scheduled backup restores like any other
+    assert len(_runs(path)) == 3

@@ -48,10 +48,12 @@ def test_the_units_pass_systemd_analyze_verify(tmp_path: Path) -> None:
     fake = tmp_path / "k25-ctl"
     fake.write_text("#!/bin/sh\n")
     fake.chmod(0o755)
-    for unit in (ROOT / "units").glob("*.service"):
+    files = [*(ROOT / "units").glob("*.service"), *(ROOT / "units").glob("*.timer")]
+    for unit in files:
         text = unit.read_text().replace("/usr/local/bin/k25-ctl", str(fake))
         (tmp_path / unit.name).write_text(text)
-    units = sorted(str(tmp_path / u.name) for u in (ROOT / "units").glob("*.service") if "@" not in u.name)
+    units = sorted(str(tmp_path / u.name) for u in files if "@" not in u.name)
+    assert any(u.endswith("k25-ctl-backup.timer") for u in units)  # the daily backup, and its service
     r = subprocess.run(["systemd-analyze", "verify", *units], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
     assert "k25-ctl.service" not in r.stderr, r.stderr  # no warning about the daemon's own unit

@@ -50,6 +50,7 @@ from daemon.store.models import Run
 from daemon.store.queries import Store
 
 BENCHMARKS = TypeAdapter(list[BenchmarkOut])
+EXPERIMENTS = TypeAdapter(list[ExperimentOut])
 LISTS_KEPT = 16  # serialized lists kept (per profile and limit) until the benchmarks change
 
 
@@ -73,6 +74,7 @@ class BenchController:
         self.relative = relative  # a benchmark against this host's own normal (the exporter's too)
         self.store = store
         self._lists: dict[tuple[str | None, int, int], bytes] = {}  # GET /benchmarks, serialized
+        self._experiment_lists: dict[tuple[None, int, int], bytes] = {}  # GET /experiments, serialized
 
     async def import_results(self, req: ImportIn) -> AcceptedOut:
         return AcceptedOut(run_id=await self.svc.runner.import_results(req))
@@ -159,9 +161,15 @@ class BenchController:
             update={"rounds": rounds_out(out.steps, views), "comparison": _compare_out(comparison, [])}
         )
 
-    async def experiments(self, *, limit: int) -> list[ExperimentOut]:
-        found = await asyncio.to_thread(self.bench_store.experiments, limit=limit)
-        return [self._with_answers(experiment_out(e)) for e in found]
+    async def experiments(self, *, limit: int) -> bytes:
+        """The list as JSON, kept until the database next commits (Store.commits): fifty experiments'
+        steps and runs cost 11 ms to read and build over a year's history (perf/history.py)."""
+        key = (None, limit, self.store.commits)
+        if (body := self._experiment_lists.get(key)) is None:
+            found = await asyncio.to_thread(self.bench_store.experiments, limit=limit)
+            body = EXPERIMENTS.dump_json([self._with_answers(experiment_out(e)) for e in found])
+            self._experiment_lists = {key: body}  # only the newest state is worth keeping
+        return body
 
     def _with_answers(self, out: ExperimentOut) -> ExperimentOut:
         """How each profile it measured answers, next to the default profile's known answer."""

@@ -134,9 +134,10 @@ async def fire_schedule(schedule_id: ScheduleId, c: BenchCtl) -> AcceptedOut:
     return await c.fire_schedule(schedule_id)
 
 
-@read.get("/experiments")
-async def experiments(c: BenchCtl, limit: Limit = 50) -> list[ExperimentOut]:
-    return await c.experiments(limit=limit)
+@read.get("/experiments", response_model=list[ExperimentOut])
+async def experiments(c: BenchCtl, limit: Limit = 50) -> Response:
+    """Newest first, each with its steps, rounds' orders and verdicts (its figures: GET /experiments/ID)."""
+    return Response(await c.experiments(limit=limit), media_type="application/json")
 
 
 @read.get("/experiments/{run_id}")
