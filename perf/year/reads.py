@@ -19,6 +19,7 @@ PAGE_READS = ("/status", "/profiles", "/runs?limit=15", "/compare", "/experiment
 class Timing:
     p50_ms: float
     p99_ms: float
+    max_ms: float
     status: int
 
 
@@ -58,7 +59,7 @@ def time_reads(c: httpx.Client, reads: dict[str, str], n: int) -> dict[str, Timi
             r = c.get(path)
             seen.append(time.perf_counter() - began)
             code = r.status_code
-        out[label] = Timing(_pct(seen, 50), _pct(seen, 99), code)
+        out[label] = Timing(_pct(seen, 50), _pct(seen, 99), max(seen) * 1000, code)
     return out
 
 

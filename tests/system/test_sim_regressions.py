@@ -13,7 +13,12 @@ from perf.sim.walk import load_trace, simulate
 TRACES = sorted((Path(__file__).parent / "sim_traces").glob("*.json"))
 
 
+# The walk has timings: on the defect a trace fails on most replays, not on every one.
+REPLAYS = 2
+
+
 @pytest.mark.parametrize("trace", TRACES, ids=[t.stem for t in TRACES])
 def test_a_shrunk_trace_passes(trace: Path) -> None:
-    result = simulate(load_trace(trace))
-    assert result.failed_at is None, f"{trace.name} fails again:\n{result.trace()}"
+    for _ in range(REPLAYS):
+        result = simulate(load_trace(trace))
+        assert result.failed_at is None, f"{trace.name} fails again:\n{result.trace()}"
