@@ -22,10 +22,11 @@ def names() -> list[str]:
 
 
 def prepare(name: str) -> tuple[Path, Path]:
-    """(the worktree, its python)."""
+    """(the worktree, its python). `none`: HEAD as it is, a copy that edits here do not touch while a long
+    run restarts daemons and engines (each start imports the code afresh)."""
     patch = PLANTED / f"{name}.patch"
-    if not patch.is_file():
-        raise SystemExit(f"no planted defect {name!r} (there are: {', '.join(names())})")
+    if name != "none" and not patch.is_file():
+        raise SystemExit(f"no planted defect {name!r} (there are: none, {', '.join(names())})")
     tree = Path(tempfile.gettempdir()) / f"k25-plant-{name}"
     venv = tree.with_name(f"{tree.name}.venv")
     if tree.exists():
@@ -33,7 +34,8 @@ def prepare(name: str) -> tuple[Path, Path]:
     subprocess.run(["git", "-C", str(ROOT), "worktree", "add", "--detach", str(tree), "HEAD"], check=True)
     # the simulation's own files as they are here (perf/sim may be newer than HEAD while it is written)
     subprocess.run(["cp", "-r", str(ROOT / "perf"), str(tree)], check=True)
-    subprocess.run(["git", "-C", str(tree), "apply", str(patch)], check=True)
+    if name != "none":
+        subprocess.run(["git", "-C", str(tree), "apply", str(patch)], check=True)
     if not (venv / "bin/python").exists():
         subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = Path(subprocess.run([str(venv / "bin/python"), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
