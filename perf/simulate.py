@@ -95,7 +95,10 @@ def main() -> None:
     ap.add_argument("--attempts", type=int, default=2, help="replays of each shrink candidate")
     ap.add_argument("--traces", type=Path, default=TRACES, help="where --shrink writes")
     ap.add_argument(
-        "--plant", metavar="DEFECT", help=f"run against a planted defect: {', '.join(plant.names())}"
+        "--plant",
+        metavar="DEFECT",
+        help=f"run in a worktree of HEAD with a defect planted ({', '.join(plant.names())}), or none: HEAD as "
+        "it is (a long run that edits here do not reach)",
     )
     args = ap.parse_args()
     if args.plant:

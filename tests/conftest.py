@@ -35,6 +35,7 @@ LONGEST = (  # seconds on a CI run, roughly: 300, 260, 250, 240, 185, 175, 160, 
     "tests/realengine/test_real_vllm.py",
     "tests/system/test_capacity.py",
     "tests/system/test_park.py",
+    "tests/system/test_simulation.py",  # 50 steps of the seeded walk: about 120 s
     "tests/system/test_bench.py",
     "tests/system/test_fleet.py",
     "tests/system/test_fleet_faults.py",
