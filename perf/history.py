@@ -57,7 +57,7 @@ def _previous_head(path: Path) -> str:
     from alembic.script import ScriptDirectory
 
     script = ScriptDirectory.from_config(db.alembic_config(path))
-    head = script.get_revision(script.get_current_head())
+    head = script.get_revision(script.get_current_head() or "head")
     if head is None or not isinstance(head.down_revision, str):
         raise SystemExit("the migrations are not one linear history")
     return head.down_revision

@@ -5,7 +5,6 @@ steps and invariants do to it and read from it from outside."""
 from __future__ import annotations
 
 import contextlib
-import errno
 import json
 import subprocess
 import sys
@@ -19,6 +18,7 @@ import httpx
 
 from daemon.engines import ENGINES, all_front_end_titles, all_process_titles
 from k25_sandbox import sandbox as sbx
+from k25_sandbox.disk import fill, tmpfs
 from k25_sandbox.faults import FAULT_PROFILES
 from k25_sandbox.layout import fake_engine_profile, make_models
 from k25_sandbox.ports import free_port
@@ -109,17 +109,7 @@ class World:
 
     def fill_disk(self) -> int:
         """Fill the state's file system: the bytes written."""
-        written = 0
-        with self.filler.open("wb") as f:
-            try:
-                while True:
-                    f.write(b"\0" * 2**20)
-                    f.flush()
-                    written += 2**20
-            except OSError as e:
-                if e.errno != errno.ENOSPC:
-                    raise
-        return written
+        return fill(self.filler)
 
     def free_disk(self) -> None:
         self.filler.unlink(missing_ok=True)
@@ -130,25 +120,13 @@ class World:
 
 
 @contextlib.contextmanager
-def _tmpfs(where: Path) -> Iterator[Path]:
-    where.mkdir()
-    subprocess.run(
-        ["mount", "-t", "tmpfs", "-o", f"size={STATE_SIZE},mode=0700", "tmpfs", str(where)], check=True
-    )
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-@contextlib.contextmanager
 def booted() -> Iterator[World]:
     """A fresh world; everything it booted or mounted is gone afterwards."""
     folder = Path(tempfile.mkdtemp(prefix="k25-sim-"))
     profiles, models = folder / "profiles", folder / "models"
     profiles.mkdir()
     _write_profiles(profiles, models)
-    with _tmpfs(folder / "state") as state:
+    with tmpfs(folder / "state", STATE_SIZE) as state:
         settings = {"state_dir": json.dumps(str(state)), "default_profile": json.dumps("alpha"),
                     "restart_backoff_s": str(RESTART_BACKOFF_S)}  # fmt: skip
         info = sbx.up(profiles=profiles, load_seconds=0.3, binds=(models, state), settings=settings)

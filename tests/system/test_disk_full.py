@@ -3,45 +3,17 @@ agree throughout, what happened is held in memory and written by itself once the
 
 from __future__ import annotations
 
-import contextlib
-import errno
 import json
 import sqlite3
-import subprocess
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from k25_sandbox import sandbox as sbx
+from k25_sandbox.disk import fill, tmpfs
 from k25_sandbox.layout import fake_engine_profile, make_models
 from k25_sandbox.ports import free_port
 from tests.sandboxing import Api, inside
-
-
-@contextlib.contextmanager
-def _tmpfs(where: Path, size: str) -> Iterator[Path]:
-    where.mkdir()
-    subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0700", "tmpfs", str(where)], check=True)
-    try:
-        yield where
-    finally:
-        subprocess.run(["umount", "-l", str(where)], check=False)
-
-
-def _fill(path: Path) -> int:
-    """Write until the file system says it is full; the bytes written."""
-    written = 0
-    with path.open("wb") as f:
-        try:
-            while True:
-                f.write(b"\0" * 2**20)
-                f.flush()
-                written += 2**20
-        except OSError as e:
-            if e.errno != errno.ENOSPC:
-                raise
-    return written
 
 
 def _unit_active(info: sbx.SandboxInfo, unit: str) -> str:
@@ -55,7 +27,7 @@ def test_a_disk_full_during_loading_loses_nothing(tmp_path: Path) -> None:
     profiles.mkdir()
     text = fake_engine_profile("slow", flavor="vllm", port=free_port(), models=models, load_seconds=6)
     (profiles / "slow.toml").write_text(text)
-    with _tmpfs(tmp_path / "state", "16m") as state:
+    with tmpfs(tmp_path / "state", "16m") as state:
         info = sbx.up(profiles=profiles, load_seconds=1, binds=(models, state),
                       settings={"state_dir": json.dumps(str(state))})  # fmt: skip
         try:
@@ -68,7 +40,7 @@ def test_a_disk_full_during_loading_loses_nothing(tmp_path: Path) -> None:
             # Every write from here must grow the WAL (a checkpoint reset it): on a full disk, none fits.
             with sqlite3.connect(state / "k25.db") as db:
                 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-            print(f"filled the state directory with {_fill(state / 'fill') / 2**20:.0f} MiB")
+            print(f"filled the state directory with {fill(state / 'fill') / 2**20:.0f} MiB")
             st = api.wait_until(lambda: (s := api.status())["state"] != "switching" and s, within_s=60,
                                 what="the switch ends")  # fmt: skip
             print(f"while full: {st['state']} {st['active_profile']}; warnings {st['warnings']}")
