@@ -101,15 +101,14 @@ def read(world: World) -> Reading:
                 )
                 proofs[row[0]] = [f"{d}\t{at}" for d, at in details.fetchall()]
     sleeping: dict[str, bool | None] = {}
-    if facts["units"].get(world.units[PARKS], {}).get("ActiveState") == "active":
+    for name in PARKS:
+        if facts["units"].get(world.units[name], {}).get("ActiveState") != "active":
+            continue
         try:
-            sleeping[PARKS] = bool(
-                httpx.get(f"http://127.0.0.1:{world.ports[PARKS]}/is_sleeping", timeout=2).json()[
-                    "is_sleeping"
-                ]
-            )
+            answer = httpx.get(f"http://127.0.0.1:{world.ports[name]}/is_sleeping", timeout=2).json()
+            sleeping[name] = bool(answer["is_sleeping"])
         except (httpx.HTTPError, ValueError, KeyError):
-            sleeping[PARKS] = None
+            sleeping[name] = None
     return Reading(
         status, status_s, facts, [*runs, *running], proofs, sleeping, integrity, revisions(world.database)
     )

@@ -72,7 +72,7 @@ def _draw(rng: random.Random) -> Step:
         case "activate_faulty":
             return Step("activate", {"profile": rng.choice(FAULTY), "force": rng.random() < 0.5})
         case "unpark":
-            return Step(kind, {"profile": PARKS})
+            return Step(kind, {})
         case "warm":
             return Step(kind, {"profile": good})
         case "experiment":
@@ -153,6 +153,11 @@ def wait_run(
     return None
 
 
+def _parked(world: World) -> str:
+    parked = [p["profile"] for p in _status(world).get("parked", [])]
+    return parked[0] if parked else PARKS[0]
+
+
 def _activate(world: World, profile: str, done: Done, *, force: bool = False) -> int | None:
     return _start(world, "POST", f"/profiles/{profile}/activate", done, params={"force": force})
 
@@ -171,7 +176,7 @@ def _begin_job(world: World, job: str | None, profile: str, done: Done) -> int |
                     "benchmark": BENCH, "rounds": 2}  # fmt: skip
             return _start(world, "POST", "/experiments", done, json=body)
         case "unpark":
-            return _start(world, "POST", f"/profiles/{PARKS}/unpark", done)
+            return _start(world, "POST", f"/profiles/{_parked(world)}/unpark", done)
     return None
 
 
@@ -194,8 +199,8 @@ def perform(world: World, step: Step) -> Done:
     match step.kind:
         case "activate":
             _finish(world, _activate(world, a["profile"], done, force=a.get("force", False)), done)
-        case "unpark":
-            _finish(world, _start(world, "POST", f"/profiles/{a['profile']}/unpark", done), done)
+        case "unpark":  # whichever is parked now (the first parking profile if none: a 404)
+            _finish(world, _start(world, "POST", f"/profiles/{_parked(world)}/unpark", done), done)
         case "warm":
             _finish(world, _start(world, "POST", f"/profiles/{a['profile']}/warm", done), done)
         case "bench":
@@ -262,7 +267,7 @@ def _concurrent(world: World, a: dict[str, Any], done: Done) -> None:
             case "teardown":
                 ids.append(_start(world, "POST", "/teardown", done))
             case "unpark":
-                ids.append(_start(world, "POST", f"/profiles/{PARKS}/unpark", done))
+                ids.append(_start(world, "POST", f"/profiles/{_parked(world)}/unpark", done))
             case "warm":
                 ids.append(_start(world, "POST", f"/profiles/{a['other_profile']}/warm", done))
 

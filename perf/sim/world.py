@@ -23,9 +23,10 @@ from k25_sandbox.faults import FAULT_PROFILES
 from k25_sandbox.layout import fake_engine_profile, make_models
 from k25_sandbox.ports import free_port
 
-# The serving profiles: quick (0.3 s load, 2000 tok/s) so that a step is seconds. `alpha` parks (sleep).
+# The serving profiles: quick (0.3 s load, 2000 tok/s) so that a step is seconds. `alpha` and `beta` park
+# (vLLM's sleep): a switch between them is a wake, and one of them is parked most of the time.
 GOOD = ("alpha", "beta", "gamma")
-PARKS = "alpha"
+PARKS = ("alpha", "beta")
 # Each engine fault a switch must survive (the fake engine's, as the system tests name them).
 FAULTY = ("crashy", "stubborn", "orphaner", "leaky", "deadlocked")
 ALL_PROFILES = GOOD + FAULTY
@@ -42,7 +43,7 @@ def _write_profiles(folder: Path, models: Path) -> None:
     quick: dict[str, Any] = {"load_seconds": 0.3, "rate": 2000.0}
     specs: dict[str, dict[str, Any]] = {
         "alpha": {"flavor": "vllm", "park": "sleep", "wake_gbps": 1000.0},
-        "beta": {"flavor": "vllm", "spec": {"k": 3, "acceptance": 0.5}},
+        "beta": {"flavor": "vllm", "spec": {"k": 3, "acceptance": 0.5}, "park": "sleep", "wake_gbps": 1000.0},
         "gamma": {"flavor": "sglang", "spec": {"k": 3, "acceptance": 0.6}},
     }
     specs |= {name: dict(FAULT_PROFILES[name]) for name in FAULTY}
