@@ -87,8 +87,8 @@ def _draw(rng: random.Random) -> Step:
             return Step(kind, {"for_s": None if rng.random() < 0.3 else round(rng.uniform(0.5, 4.0), 2)})
         case "engine_crash":
             return Step(kind, {})
-        case "disk_full":
-            return Step(kind, {"profile": good})
+        case "disk_full":  # full before the switch (refused), or while it loads (held in memory)
+            return Step(kind, {"profile": good, "after_s": None if rng.random() < 0.5 else after_s})
         case "concurrent":
             other = rng.choice(("activate", "bench", "teardown", "unpark", "warm"))
             return Step(kind, {"profile": good, "other": other, "other_profile": rng.choice(GOOD)})
@@ -118,6 +118,11 @@ def _active(world: World) -> str | None:
 def _start(world: World, method: str, path: str, done: Done, **kw: Any) -> int | None:
     """A request that starts a run: its id, or None (refused: 409, 404, 422; said in `done`)."""
     r = world.client.request(method, path, **kw)
+    if r.status_code == 503 and "cannot be written" in r.text:
+        # the designed refusal of a new switch or benchmark while the database cannot take its run
+        # (runs/recorder.py create): nothing started; the invariants check that nothing changed
+        done.said.append(f"{method} {path} -> 503 (the runs database cannot be written: refused)")
+        return None
     if r.status_code >= 500:
         done.violations.append(f"[http] {method} {path}: {r.status_code} {r.text[:300]}")
         return None
@@ -238,18 +243,34 @@ def perform(world: World, step: Step) -> Done:
                     time.sleep(a["for_s"])
                     done.said.append(f"SIGCONT after {a['for_s']}s: {world.signal_engine(active, 'CONT')}")
         case "disk_full":
-            written = world.fill_disk()
-            try:
-                run_id = _activate(world, a["profile"], done, force=True)
-                _finish(world, run_id, done)
-            finally:
-                world.free_disk()
-            done.said.append(f"disk filled ({written >> 20} MiB), then freed")
+            _disk_full(world, a, done)
         case "concurrent":
             _concurrent(world, a, done)
         case _:
             raise ValueError(f"unknown step {step.kind!r}")
     return done
+
+
+def _disk_full(world: World, a: dict[str, Any], done: Done) -> None:
+    """The state's disk fills before a switch (refused: 503) or while it runs: the switch goes on, what
+    happened held in memory (its record reads running until the disk has room: the host is watched
+    meanwhile), then the disk is freed and the held records are written."""
+    during = a.get("after_s")
+    run_id = None if during is None else _activate(world, a["profile"], done, force=True)
+    if during is not None:
+        time.sleep(during)
+    written = world.fill_disk()
+    try:
+        if during is None:
+            run_id = _activate(world, a["profile"], done, force=True)
+        elif run_id is not None:
+            deadline = time.monotonic() + RUN_WITHIN_S
+            while _status(world)["state"] == "switching" and time.monotonic() < deadline:
+                time.sleep(0.05)
+    finally:
+        world.free_disk()
+    done.said.append(f"disk filled ({written >> 20} MiB), then freed")
+    _finish(world, run_id, done)
 
 
 def _concurrent(world: World, a: dict[str, Any], done: Done) -> None:
