@@ -6,8 +6,8 @@ disk, concurrent clients), every invariant checked after every step (perf/sim/in
     python perf/simulate.py --steps 2000 [--seed 1]       long: steps/min, checks, the daemon's RSS and fds
     python perf/simulate.py --seed 7 --steps 50 --shrink NAME
         a failure prints its seed and trace; --shrink cuts it to the shortest failing trace and writes it to
-        tests/system/sim_traces/NAME.json (a regression test: tests/system/test_sim_regressions.py)
-    python perf/simulate.py --replay tests/system/sim_traces/NAME.json
+        NAME.json in tests/system/sim_traces/ (a regression test: tests/system/test_sim_regressions.py)
+    python perf/simulate.py --replay tests/system/sim_traces/unpark-outside-registry.json
 
 The long run's first `--kills-until` steps (200) include daemon SIGKILLs; after them the daemon lives on,
 so that its RSS and open files at step 200 and at the end compare one process's growth."""
