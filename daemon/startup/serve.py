@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
+import socket
 from types import FrameType
 
 import uvicorn
@@ -32,12 +34,27 @@ class _Server(uvicorn.Server):
         super().handle_exit(sig, frame)
         self._exit.set()
 
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets=sockets)
+        freeze_startup_heap()
+
     async def main_loop(self) -> None:
         """uvicorn's loop wakes 10 times a second to look for an exit; an idle daemon should not: this one
         waits for the exit signal itself and refreshes the Date header once a second."""
         while not await self.on_tick(0):  # counter 0: the Date header and the exit check, every time
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._exit.wait(), timeout=1.0)
+
+
+def freeze_startup_heap() -> None:
+    """What start-up built (the modules, the app, the services) lives as long as the daemon: it is moved
+    out of the garbage collector's reach, so that a full collection walks only what was allocated since.
+    Without it each full collection walked the ~170k objects of the imports, and the read that happened to
+    trigger one took ~100 ms (perf/history.py over a year: GET /runs?limit=50 p50 4 ms, 2 reads of 600 at
+    108 ms). Python's gc.freeze, for long-lived servers."""
+    gc.collect()
+    gc.freeze()
+    log.info("%d start-up objects frozen out of the garbage collector", gc.get_freeze_count())
 
 
 def serve() -> int:
