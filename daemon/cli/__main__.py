@@ -2,6 +2,6 @@
 
 import sys
 
-from daemon.cli.main import main
+from daemon.cli.entry import main
 
 sys.exit(main())

@@ -89,28 +89,33 @@ async def drain_for_switch(
     not drained, what the stop cuts is counted). False when cancelled meanwhile: the run ends `cancelled`,
     the engine serves on and the host is back in rotation."""
     drain_from, measure_cut, out_at = plan.drain_from, plan.measure_cut, plan.out_at
-    if drain_from is None:
-        if measure_cut is not None:  # no drain: what is in flight now is cut by the stop
-            cut = await in_flight(measure_cut.profile, prober)
-            await recorder.drained(run_id, seconds=None, finished=0, cut=cut, timed_out=False)
-        return True
+    serving = drain_from or measure_cut
+    if serving is None:
+        return True  # nothing served: nothing to drain or count
     try:
+        if drain_from is None:  # no drain: what is in flight now is cut by the stop
+            cut = await in_flight(serving.profile, prober)
+            await recorder.drained(run_id, seconds=None, finished=0, cut=cut, timed_out=False)
+            return True
         result = await drain(drain_from.profile, prober, RunEvents(recorder, run_id), times)
+        await recorder.event(run_id, Phase.DRAINING, result.describe())
+        await recorder.drained(
+            run_id,
+            seconds=result.seconds,
+            finished=result.finished,
+            cut=result.cut,
+            timed_out=result.timed_out,
+        )
+        return True
     except asyncio.CancelledError:
+        # Anywhere up to here nothing was stopped. (Counting the cut reads a hung engine's metrics for
+        # seconds: a cancel there, outside this handler, once left the run unended and the host switching:
+        # the simulation's seed 2026, step 601.)
         if (task := asyncio.current_task()) is not None:
             task.uncancel()
-        why = "cancelled while draining: nothing was stopped; the engine serves on"
-        back = HostAfter(HostState.ACTIVE, drain_from.profile.name)
+        why = "cancelled before anything was stopped; the engine serves on"
+        back = HostAfter(HostState.ACTIVE, serving.profile.name)
         await recorder.finish(run_id, Outcome.CANCELLED, detail=why, host=back)
         if out_at is not None:  # back in rotation: what the balancer saw was the drain
             await recorder.back_in_rotation(run_id, out_at)
         return False
-    await recorder.event(run_id, Phase.DRAINING, result.describe())
-    await recorder.drained(
-        run_id,
-        seconds=result.seconds,
-        finished=result.finished,
-        cut=result.cut,
-        timed_out=result.timed_out,
-    )
-    return True

@@ -20,11 +20,14 @@ class SwitchState:
     out_at: datetime | None = None  # the host was in rotation until then
     park_from: LoadedProfile | None = None  # the serving engine, parked instead of stopped where it may be
     resumed_wake: bool = False  # a daemon restart cut a wake short: the engine followed was woken
+    stepping: str | None = None  # between the steps a cancel can end (the drain, the attempt): what it does
     profiles: ProfileSet = field(default_factory=ProfileSet)  # read once, when the switch was asked for
 
     def refusal(self, run_id: int) -> str | None:
         if self.rolling_back:
             return f"run {run_id} has failed and is rolling back: the rollback cannot be cancelled"
+        if self.stepping:
+            return f"run {run_id} is {self.stepping}: cancel again in a moment"
         return None
 
     def leave_rotation(self, serving: LoadedProfile | None, *, in_rotation: bool, drain: bool) -> None:

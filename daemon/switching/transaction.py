@@ -176,7 +176,11 @@ class Switcher:
         try:
             if not await drain_for_switch(run_id, self.recorder, self.host.prober, self.drain_times, txn):
                 return  # cancelled while draining: nothing was stopped
+            # Ending the serving run reads the engine's last figures (seconds, if it hangs): a cancel then
+            # would leave the run unended and the host switching, so it is refused until the attempt starts.
+            txn.stepping = "ending the serving run before the stop"
             await self.serving.end(Outcome.STOPPED, f"switched away by run {run_id} (to {lp.profile.name})")
+            txn.stepping = None
             failure = await self._attempt(run_id, lp, txn, cancellable=True, resume=resume)
             if failure is None:
                 return
