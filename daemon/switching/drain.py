@@ -110,7 +110,7 @@ async def drain_for_switch(
     except asyncio.CancelledError:
         # Anywhere up to here nothing was stopped. (Counting the cut reads a hung engine's metrics for
         # seconds: a cancel there, outside this handler, once left the run unended and the host switching:
-        # the simulation's seed 2026, step 601.)
+        # the simulation's seed 2026, step 613.)
         if (task := asyncio.current_task()) is not None:
             task.uncancel()
         why = "cancelled before anything was stopped; the engine serves on"
