@@ -18,6 +18,7 @@ from daemon.core.profiles import LoadedProfile, Policy
 from daemon.core.run_types import RunKind
 from daemon.core.settings import Settings
 
+RESTARTS_IN = "restarts in"  # the /status reason while a crashed engine waits for its restart
 log = logging.getLogger("k25.policies")
 
 
@@ -124,6 +125,9 @@ class Policies:
             len(recent),
             limit,
         )
+        # /status says a restart is coming (a reader of a failed host otherwise cannot tell); the restart's
+        # switch replaces the line
+        self.hub.add_reason(f"{name} {RESTARTS_IN} {backoff:g}s (restart {len(recent)} of {limit} this hour)")
         await asyncio.sleep(backoff)  # the backoff itself: no event to wait for
         if self.hub.status.state not in (HostState.FAILED, HostState.UNHEALTHY):
             log.info(

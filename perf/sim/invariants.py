@@ -16,6 +16,7 @@ from typing import Any
 
 import httpx
 
+from daemon.serving.policies import RESTARTS_IN
 from daemon.store.db import revisions
 from perf.sim.world import PARKS, RESTART_QUIET_S, World
 
@@ -49,14 +50,16 @@ def _db(world: World) -> sqlite3.Connection:
 
 def settle(world: World, *, within_s: float = SETTLE_S) -> list[str]:
     """Until no job holds the host and no run but the serving one is running (the daemon may be
-    restarting): [] or why it did not settle. A failed host must stay quiet for RESTART_QUIET_S: the
-    serving policy restarts a crashed engine after its backoff, with nothing in /status meanwhile."""
+    restarting): [] or why it did not settle. A crashed engine's restart is coming while /status's reason
+    says so; a failed host must also stay quiet for RESTART_QUIET_S (the moment between the crash and the
+    policy saying so)."""
     deadline = time.monotonic() + within_s
     last, quiet_since = "never answered", None
     while time.monotonic() < deadline:
         with contextlib.suppress(httpx.HTTPError, ValueError):
             st = world.client.get("/status", timeout=5).json()
-            busy = st["state"] == "switching" or st.get("job_run_id") is not None
+            restarting = RESTARTS_IN in (st.get("reason") or "")  # a crashed engine's restart is coming
+            busy = st["state"] == "switching" or st.get("job_run_id") is not None or restarting
             with contextlib.closing(_db(world)) as db:
                 running = db.execute(
                     "SELECT id, kind FROM runs WHERE outcome = 'running' AND kind NOT IN ('serving', 'external')"

@@ -238,7 +238,10 @@ def perform(world: World, step: Step) -> Done:
                 done.said.append("no engine serves")
             else:
                 sig = "KILL" if step.kind == "engine_crash" else "STOP"
+                serving = _status(world).get("serving_run_id")
                 done.said.append(f"SIG{sig} to {active}: {world.signal_engine(active, sig)}")
+                if sig == "KILL":
+                    _noticed(world, serving, done)
                 if sig == "STOP" and a.get("for_s") is not None:
                     time.sleep(a["for_s"])
                     done.said.append(f"SIGCONT after {a['for_s']}s: {world.signal_engine(active, 'CONT')}")
@@ -249,6 +252,19 @@ def perform(world: World, step: Step) -> Done:
         case _:
             raise ValueError(f"unknown step {step.kind!r}")
     return done
+
+
+def _noticed(world: World, serving: int | None, done: Done, within_s: float = 60) -> None:
+    """Until the daemon has seen the crash: the serving run it ended (the unit's state comes by an event,
+    and the walk must not check the host before the daemon could know)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if _status(world).get("serving_run_id") != serving:
+            return
+        time.sleep(0.05)
+    done.violations.append(
+        f"[units] the crash of serving run {serving} was not noticed within {within_s:.0f}s"
+    )
 
 
 def _disk_full(world: World, a: dict[str, Any], done: Done) -> None:

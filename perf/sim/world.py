@@ -35,7 +35,7 @@ DAEMON = "k25-ctl.service"
 # A crashed engine's restart comes after this backoff, doubled per restart (2 an hour by default): the
 # walk waits it out (invariants.settle) instead of the default 5 s.
 RESTART_BACKOFF_S = 0.5
-RESTART_QUIET_S = RESTART_BACKOFF_S * 2 + 1.5
+RESTART_QUIET_S = 1.0
 
 
 def _write_profiles(folder: Path, models: Path) -> None:
