@@ -368,7 +368,7 @@ def test_an_upgrade_backs_up_and_migrates_the_database_and_leaves_the_engine_run
     assert "upgrade /opt/k25-ctl/venv (was 0.0.9)" in out, out
     backup = re.search(r"database backup: (\S+)", out)
     assert backup is not None, out
-    assert re.fullmatch(r"/var/lib/k25-ctl/k25\.db\.backup-0003-\d{8}T\d{6}", backup[1])
+    assert re.fullmatch(r"/var/lib/k25-ctl/k25\.db\.backup-0003-\d{8}T\d{6}\.\d{3}", backup[1])
     assert _sql(host, backup[1], "select version_num from alembic_version") == "0003"
     assert host.sh("/opt/k25-ctl/venv/bin/k25-ctl", "db", "status").returncode == 0
     assert _runs(host) == runs
