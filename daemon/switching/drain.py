@@ -113,7 +113,7 @@ async def drain_for_switch(
         # the simulation's seed 2026, step 613.)
         if (task := asyncio.current_task()) is not None:
             task.uncancel()
-        why = "cancelled before anything was stopped; the engine serves on"
+        why = "cancelled before the stop: nothing was stopped; the engine serves on"
         back = HostAfter(HostState.ACTIVE, serving.profile.name)
         await recorder.finish(run_id, Outcome.CANCELLED, detail=why, host=back)
         if out_at is not None:  # back in rotation: what the balancer saw was the drain

@@ -149,6 +149,8 @@ class FakeProber:
         self.systemd = systemd
         self.gate = asyncio.Event()
         self.gate.set()
+        self.scrapes = asyncio.Event()  # cleared: every /metrics read hangs, as a hung engine's does
+        self.scrapes.set()
         self.broken: set[str] = set()
         self.metrics: dict[str, str] = {}  # profile -> its /metrics text
         self.calls: list[tuple[str, str]] = []  # control endpoints posted (parking)
@@ -164,6 +166,7 @@ class FakeProber:
         return 200 if st is not None and st.active_state == "active" else None
 
     async def scrape(self, profile: Profile, engine: Engine, *, timeout_s: float = 5.0) -> dict[str, str]:
+        await self.scrapes.wait()
         st = self.systemd.states.get(profile.unit)
         if st is None or st.active_state != "active":
             return {}

@@ -108,6 +108,34 @@ async def test_cancel_while_draining_leaves_the_engine_serving(env: Env) -> None
     assert (await c.get(f"/runs/{run_id}")).json()["switch_cost"]["downtime_s"] > 0  # the drain, as seen
 
 
+async def test_cancel_while_a_forced_switch_counts_the_cut_leaves_the_engine_serving(env: Env) -> None:
+    """A forced switch does not drain: it counts what its stop will cut, reading the serving engine's
+    metrics, which a hung engine answers late. A cancel then (the simulation's seed 2026, step 613) once
+    left the run unended and the host switching for good."""
+    c = env.client
+    assert (await _activate(env, "baseline"))["outcome"] == "active"
+    serving = (await c.get("/status")).json()["serving_run_id"]
+    env.prober.scrapes.clear()  # the engine's /metrics hangs
+    run_id = (await c.post("/profiles/alpha/activate", params={"force": True}, headers=env.auth)).json()[
+        "run_id"
+    ]
+
+    async def cancelled() -> bool:  # a switch whose task has not begun refuses: "cancel again in a moment"
+        r = await c.post(f"/runs/{run_id}/cancel", headers=env.auth)
+        assert r.status_code in (202, 409), r.text
+        return r.status_code == 202
+
+    await eventually(cancelled, what="the cancel taken")
+    run = await wait_run(env, run_id)
+    env.prober.scrapes.set()
+    assert run["outcome"] == "cancelled"
+    assert "nothing was stopped" in run["events"][-1]["detail"]
+    st = (await c.get("/status")).json()
+    assert (st["state"], st["active_profile"], st["serving_run_id"]) == ("active", "baseline", serving)
+    assert env.systemd.states["k25-engine@baseline.service"].active_state == "active"
+    assert "k25-engine@alpha.service" not in env.systemd.states  # never started
+
+
 async def test_a_drain_that_times_out_cuts_and_switches(tmp_path: Path) -> None:
     async with running_env(tmp_path, drain_timeout_s=0.2) as env:
         assert (await _activate(env, "baseline"))["outcome"] == "active"
