@@ -85,6 +85,10 @@ class Experiments:
         self.store = recorder.store
         self.warm = warm  # a warm run of a profile (page cache)
         self.sweeps = sweeps
+        # Experiments past their steps (restoring, judging, recording the end): a cancel there would land
+        # outside the code that answers one and leave the run unended (the simulation found it), so it is
+        # refused with the reason
+        self._ending: set[int] = set()
 
     async def _target(self, name: str | None) -> Target:
         st = self.hub.status
@@ -127,7 +131,7 @@ class Experiments:
 
     async def experiment(self, req: ExperimentRequest) -> int:
         checked = await self.check(req)
-        with self.jobs.admit(JobKind.EXPERIMENT, isolated=True) as slot:  # out of rotation while it runs
+        with self.jobs.admit(JobKind.EXPERIMENT, isolated=True, refuse_cancel=self._refusal) as slot:
             return await self._create_experiment(slot, req, checked)
 
     async def plan(self, req: ExperimentRequest) -> Plan:
@@ -191,7 +195,18 @@ class Experiments:
             if ex.sweep is not None:
                 self.sweeps.release()
 
+    def _refusal(self, run_id: int) -> str | None:
+        if run_id in self._ending:
+            return f"run {run_id} has measured and is restoring and recording its end: it cannot be cancelled"
+        return None
+
     async def _run_steps(self, ex: Started) -> None:
+        try:
+            await self._steps_then_end(ex)
+        finally:
+            self._ending.discard(ex.run_id)
+
+    async def _steps_then_end(self, ex: Started) -> None:
         run_id, back, sweep = ex.run_id, ex.back, ex.sweep
         record = Record(orders=ex.orders)
         outcome: Outcome = Outcome.OK
@@ -217,6 +232,7 @@ class Experiments:
             log.exception("run %d: experiment failed", run_id)
             outcome = Outcome.FAILED
             record.error = f"{type(e).__name__}: {e}"
+        self._ending.add(run_id)  # from here to its end a cancel is refused (_refusal)
         if back is not None:
             record.restore = await self._restore(run_id, back)
         if sweep is None and len(ex.req.profiles) > 1 and any(s.measured for s in record.steps):
