@@ -66,7 +66,9 @@ def long_run(steps: list[Step], seed: int, kills_until: int) -> Result:
                 )
             if rec.index % 50 == 49:
                 rate = (rec.index + 1) / (time.monotonic() - began) * 60
-                print(f"  step {rec.index + 1}: {rate:.1f} steps/min", flush=True)
+                pid, rss, fds = _footprint(world)
+                print(f"  step {rec.index + 1}: {rate:.1f} steps/min; daemon pid {pid}, RSS {rss / 2**20:.1f} MiB, "
+                      f"{fds} open files", flush=True)  # fmt: skip
 
         result = walk(world, steps, on_step=each)
     minutes = (time.monotonic() - began) / 60
