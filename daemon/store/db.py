@@ -7,6 +7,7 @@ import os
 import sqlite3
 import sys
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -29,11 +30,16 @@ def migrations_dir() -> Path:
     raise FileNotFoundError("the Alembic migrations folder is missing from this installation")
 
 
+def private_folder(folder: Path) -> None:
+    """A folder of the database's files (the state directory, the backups): 0700."""
+    folder.mkdir(parents=True, exist_ok=True, mode=0o700)
+    folder.chmod(0o700)
+
+
 def private(path: Path) -> None:
     """The state directory 0700 and the database 0600 (its WAL and SHM files follow the database's mode):
     runs hold command lines and journal excerpts."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path.parent.chmod(0o700)
+    private_folder(path.parent)
     os.close(os.open(path, os.O_CREAT | os.O_RDWR, 0o600))
     path.chmod(0o600)
 
@@ -123,11 +129,11 @@ def backup(path: Path, into: Path | None = None) -> Path:
     or in the folder `into`, named for its revision and the time: what an upgrade keeps before it
     migrates, and what the daily timer keeps (`prune_backups`)."""
     current, _ = revisions(path)
-    stamp = time.strftime("%Y%m%dT%H%M%S") + f"{time.time() % 1:.3f}"[1:]  # ms: two in a second stay two
+    # milliseconds, from one reading of the clock: two backups in a second stay two
+    stamp = datetime.now().strftime("%Y%m%dT%H%M%S.%f")[:-3]
     name = f"{path.name}{BACKUP_INFIX}{current or 'none'}-{stamp}"
     if into is not None:
-        private(into / path.name)  # the folder 0700, as the state folder (a placeholder file, removed)
-        (into / path.name).unlink()
+        private_folder(into)
     target = (into or path.parent) / name
     with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True)) as src:
         with contextlib.closing(sqlite3.connect(target)) as dst:
