@@ -253,6 +253,15 @@ class Parking:
             log.warning("run %d: wake of %s failed: %s; cold start instead", run_id, p.name, e)
             await self.release(run_id, p.name, f"wake failed: {e}; it is stopped and started cold")
             return None
+        except asyncio.CancelledError:
+            # Cancelled midway, the engine is neither asleep nor proven: no longer parked (a teardown would
+            # spare it), so the switch's cleanup stops it like an engine it started.
+            log.warning(
+                "run %d: wake of %s cancelled: no longer parked; the cleanup stops it", run_id, p.name
+            )
+            await self._forget(p.name)
+            self.forecast.gone(info.main_pid)
+            raise
         await self._forget(p.name)
         how = said(seconds, entry.way, wake=True) if entry.way else f"in {seconds:.1f}s"
         await events.phase(Phase.WAKING, f"{p.name} woke {how} and serves")

@@ -14,7 +14,7 @@ import pytest
 from daemon.host.calibration import RATE_KEYS
 from daemon.parking import rates
 from daemon.parking.costs import DEFAULT_RATES
-from tests.api.conftest import PROFILE, Env, running_env
+from tests.api.conftest import PROFILE, Env, running_env, wait_run
 from tests.waiting import eventually
 
 PARKS = PROFILE.format(port=9100) + 'park = "sleep"\n'
@@ -141,6 +141,38 @@ async def test_a_wake_that_answers_garbage_is_stopped_and_started_cold(tmp_path:
         # The cold start's own answer (garbage here: the fake still garbles) is what is recorded now.
         shown = (await env.client.get("/profiles/baseline")).json()["known_answer"]
         assert shown["run_id"] == back["id"]
+
+
+async def test_a_wake_cancelled_midway_is_no_longer_parked_and_is_stopped(tmp_path: Path) -> None:
+    """A cancel while the wake's probe runs (the simulation: an experiment cancelled as it woke a parked
+    profile) once left the engine awake but listed as parked, spared by every teardown after."""
+    async with running_env(tmp_path, park_ram_reserve_bytes=0) as env:
+        await _parkable_baseline(env, tmp_path)
+        unit = "k25-engine@baseline.service"
+        env.prober.json_answers[("baseline", "/is_sleeping")] = {"is_sleeping": True}
+        await _activate(env, "alpha")
+        env.prober.json_answers[("baseline", "/is_sleeping")] = {"is_sleeping": False}
+        env.prober.gate.clear()  # the probe after the wake hangs
+        r = await env.client.post("/profiles/baseline/activate", headers=env.auth)
+        run_id = r.json()["run_id"]
+
+        async def probing() -> bool:
+            return ("baseline", "/wake_up") in env.prober.calls
+
+        await eventually(probing, what="the wake posted")
+        assert (await env.client.post(f"/runs/{run_id}/cancel", headers=env.auth)).status_code == 202
+
+        async def ended() -> Any:
+            run = (await env.client.get(f"/runs/{run_id}")).json()
+            return run if run["outcome"] != "running" else None
+
+        run = await eventually(ended, what=f"run {run_id} ends")
+        env.prober.gate.set()  # the rollback's probe passes
+        assert run["outcome"] == "cancelled", run
+        assert env.systemd.states[unit].active_state == "inactive"  # stopped by the cleanup, not spared
+        await wait_run(env, run_id)  # and its rollback
+        st = (await env.client.get("/status")).json()
+        assert (st["state"], st["active_profile"], st["parked"]) == ("active", "alpha", [])
 
 
 async def test_a_profile_that_answers_otherwise_from_the_first_token_is_warned_about(
