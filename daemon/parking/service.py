@@ -18,9 +18,9 @@ from daemon.core.profiles import LoadedProfile, Profile, ProfileSet
 from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
 from daemon.engines import engine_for
 from daemon.engines.base import Engine
-from daemon.engines.client import EnginePort, ProbeFailed, ProbeProgress
+from daemon.engines.client import EnginePort
 from daemon.engines.engine_types import ParkCalls
-from daemon.engines.probing import in_flight, probe_generation
+from daemon.engines.probing import in_flight
 from daemon.host.systemd import SystemdPort
 from daemon.parking import guards, levels
 from daemon.parking.budget import RamBudget, RamPlan
@@ -28,8 +28,9 @@ from daemon.parking.costs import Way
 from daemon.parking.forecast import ParkForecast, said
 from daemon.parking.levels import at_level
 from daemon.parking.readopt import still_parked
+from daemon.parking.waking import woken
 from daemon.proving.known_answer import KnownAnswers
-from daemon.proving.sleep import NotParked, asleep, says_sleeping
+from daemon.proving.sleep import NotParked, asleep
 from daemon.runs.events import RunEvents
 from daemon.runs.jobs import JobKind, Jobs
 from daemon.runs.recorder import RunRecorder
@@ -248,7 +249,7 @@ class Parking:
         try:
             if calls is None or entry.sha256 != lp.sha256:
                 raise NotParked("its profile file changed since it was parked: it starts afresh")
-            seconds = await self._wake(run_id, lp, calls, events)
+            seconds = await woken(self.prober, self.answers, run_id, lp, calls, events)
         except NotParked as e:
             log.warning("run %d: wake of %s failed: %s; cold start instead", run_id, p.name, e)
             await self.release(run_id, p.name, f"wake failed: {e}; it is stopped and started cold")
@@ -265,47 +266,6 @@ class Parking:
         await self._forget(p.name)
         how = said(seconds, entry.way, wake=True) if entry.way else f"in {seconds:.1f}s"
         await events.phase(Phase.WAKING, f"{p.name} woke {how} and serves")
-        return seconds
-
-    async def _wake(self, run_id: int, lp: LoadedProfile, calls: ParkCalls, events: RunEvents) -> float:
-        """The wake's calls in order (each timed in its stage), the probe, the drafter's acceptance, and
-        the known answer: the wake's seconds, or NotParked with what failed."""
-        p, engine = lp.profile, engine_for(lp.profile)
-        before = engine.snapshot(p, await self.prober.scrape(p, engine)) if p.speculative else None
-        began, took = time.monotonic(), dict[str, float]()
-        for step in calls.wake:
-            t0 = time.monotonic()
-            status = await self.prober.call(p, step.path, body=step.body, timeout_s=p.load_timeout_s)
-            if status != 200:  # a wake can run out of GPU memory (vllm-project/vllm#13941, #34600)
-                said = f"HTTP {status}" if status else "nothing"
-                raise NotParked(f"POST {step.path} answered {said}" + (f": {step.note}" if step.note else ""))
-            took[step.stage] = took.get(step.stage, 0.0) + time.monotonic() - t0
-        if why := await says_sleeping(self.prober, p, calls, False):
-            raise NotParked(f"{why} after the wake")
-        seconds = time.monotonic() - began
-        took["wake"] = seconds - sum(v for k, v in took.items() if k != "wake")
-        for stage, secs in took.items():
-            await events.stage(stage, secs)
-        progress = ProbeProgress()
-        try:
-            await asyncio.wait_for(
-                probe_generation(p, engine, self.prober, progress, events), p.probe_timeout_s
-            )
-        except TimeoutError as e:
-            raise NotParked(f"not ready within probe_timeout_s after the wake: {progress.what_hung()}") from e
-        except ProbeFailed as e:
-            raise NotParked(str(e)) from e
-        if before is not None:
-            after = engine.snapshot(p, await self.prober.scrape(p, engine))
-            length = engine.usage_delta(p, before, after).acceptance_length
-            if (
-                length is None or length <= 1.0
-            ):  # the drafter's weights not restored (vllm-project/vllm#52479)
-                raise NotParked(
-                    f"the probe after the wake accepted no draft token (acceptance length {length})"
-                )
-        if why := await self.answers.check(run_id, lp, events):  # liveness is not correctness
-            raise NotParked(why)
         return seconds
 
     # -- stopping a parked engine ------------------------------------------------------------------------
