@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 
+from daemon.core.kept import Kept
 from daemon.experiments.compare import Comparison, compare, finished
 from daemon.experiments.per_request import Memo, judge_rows, samples_of
 from daemon.store.bench import BenchmarkView, BenchStore
@@ -18,9 +19,7 @@ class Judging:
     def __init__(self, *, bench_store: BenchStore) -> None:
         self.bench_store = bench_store
         self._memo: Memo = {}  # stored benchmarks never change: their judgement is kept
-        self._answers: dict[
-            tuple[str, str | None, int | None, int], tuple[list[BenchmarkView], Comparison]
-        ] = {}
+        self._answers = Kept[tuple[list[BenchmarkView], Comparison]](ANSWERS_KEPT)
 
     async def compare(
         self, *, baseline: str, spec_hash: str | None = None, experiment: int | None = None
@@ -35,14 +34,13 @@ class Judging:
         (BenchStore.changes): the page asks /compare on every refresh, and judging a year's window reads
         and decodes hundreds of request blobs (perf/history.py: 183 ms over 96 benchmarks, recomputed each
         time). Callers only read the answer."""
-        key = (baseline, spec_hash, experiment, self.bench_store.changes)
-        if (kept := self._answers.get(key)) is None:
+
+        async def build() -> tuple[list[BenchmarkView], Comparison]:
             views = await self.window(experiment)
-            kept = (views, await self.of(views, baseline=baseline, spec_hash=spec_hash))
-            if len(self._answers) >= ANSWERS_KEPT:
-                self._answers.clear()
-            self._answers[key] = kept
-        return kept
+            return views, await self.of(views, baseline=baseline, spec_hash=spec_hash)
+
+        key = (baseline, spec_hash, experiment)
+        return await self._answers.get(self.bench_store.changes, key, build)
 
     async def window(self, experiment: int | None = None) -> list[BenchmarkView]:
         """The newest benchmarks compare reads (`experiment`: that experiment's only)."""

@@ -33,6 +33,7 @@ from daemon.api.bench_schemas import (
 from daemon.api.schemas import AcceptedOut, AgreementOut
 from daemon.core.errors import NotFound
 from daemon.core.jsontypes import VllmSummary
+from daemon.core.kept import Kept
 from daemon.core.run_types import RunKind
 from daemon.experiments.compare import Comparison, mean, predicted_below
 from daemon.experiments.comparison_read import Judging
@@ -51,7 +52,7 @@ from daemon.store.queries import Store
 
 BENCHMARKS = TypeAdapter(list[BenchmarkOut])
 EXPERIMENTS = TypeAdapter(list[ExperimentOut])
-LISTS_KEPT = 16  # serialized lists kept (per profile and limit) until the benchmarks change
+LISTS_KEPT = 16  # serialized lists kept (per filter and limit) until what they read changes
 
 
 class BenchController:
@@ -73,8 +74,8 @@ class BenchController:
         self.bench_store = bench_store
         self.relative = relative  # a benchmark against this host's own normal (the exporter's too)
         self.store = store
-        self._lists: dict[tuple[str | None, int, int], bytes] = {}  # GET /benchmarks, serialized
-        self._experiment_lists: dict[tuple[None, int, int], bytes] = {}  # GET /experiments, serialized
+        self._benchmark_lists = Kept[bytes](LISTS_KEPT)  # GET /benchmarks, per BenchStore.changes
+        self._experiment_lists = Kept[bytes](LISTS_KEPT)  # GET /experiments, per Store.commits
 
     async def import_results(self, req: ImportIn) -> AcceptedOut:
         return AcceptedOut(run_id=await self.svc.runner.import_results(req))
@@ -103,14 +104,12 @@ class BenchController:
     async def benchmarks(self, *, profile: str | None, limit: int) -> bytes:
         """The list as JSON, serialized once per change of the benchmarks (BenchStore.changes): fifty
         benchmarks with their levels' summaries are 290 kB, 22 ms to read and serialize each time."""
-        key = (profile, limit, self.bench_store.changes)
-        if (body := self._lists.get(key)) is None:
+
+        async def build() -> bytes:
             views = await asyncio.to_thread(self.bench_store.recent, profile=profile, limit=limit)
-            body = BENCHMARKS.dump_json([bench_out(v, requests=False) for v in views])
-            if len(self._lists) >= LISTS_KEPT:
-                self._lists.clear()
-            self._lists[key] = body
-        return body
+            return BENCHMARKS.dump_json([bench_out(v, requests=False) for v in views])
+
+        return await self._benchmark_lists.get(self.bench_store.changes, (profile, limit), build)
 
     async def export(self, run_id: int) -> list[VllmSummary]:
         """One JSON object per level, keyed as `vllm bench serve --save-result` writes them."""
@@ -164,12 +163,12 @@ class BenchController:
     async def experiments(self, *, limit: int) -> bytes:
         """The list as JSON, kept until the database next commits (Store.commits): fifty experiments'
         steps and runs cost 11 ms to read and build over a year's history (perf/history.py)."""
-        key = (None, limit, self.store.commits)
-        if (body := self._experiment_lists.get(key)) is None:
+
+        async def build() -> bytes:
             found = await asyncio.to_thread(self.bench_store.experiments, limit=limit)
-            body = EXPERIMENTS.dump_json([self._with_answers(experiment_out(e)) for e in found])
-            self._experiment_lists = {key: body}  # only the newest state is worth keeping
-        return body
+            return EXPERIMENTS.dump_json([self._with_answers(experiment_out(e)) for e in found])
+
+        return await self._experiment_lists.get(self.store.commits, limit, build)
 
     def _with_answers(self, out: ExperimentOut) -> ExperimentOut:
         """How each profile it measured answers, next to the default profile's known answer."""
