@@ -51,6 +51,9 @@ class Job:
     also: set[int] = field(default_factory=set)  # further runs it carries on as (a switch's rollback)
     isolated: bool = False  # the host is out of the balancer's rotation while it runs
     cancelling: bool = False
+    # Its task has run its first step: a task cancelled before that never enters the code that ends its
+    # run (asyncio throws into a coroutine that has not started), and the run would stay running for good.
+    begun: bool = False
     line: str | None = None  # its one-line progress, for /status
 
     @property
@@ -181,7 +184,12 @@ class Jobs:
 
     def _start(self, job: Job, run_id: int, body: Coroutine[Any, Any, Any]) -> asyncio.Task[Any]:
         job.run_id = run_id
-        job.task = asyncio.create_task(body)
+
+        async def begin() -> Any:
+            job.begun = True
+            return await body
+
+        job.task = asyncio.create_task(begin())
         job.task.add_done_callback(lambda _: self._ended(job))
         return job.task
 
@@ -213,6 +221,8 @@ class Jobs:
             raise WrongState(f"run {run_id} is not in progress")
         if why := job.refuse_cancel(run_id):
             raise Busy(why)
+        if not job.begun:
+            raise Busy(f"run {run_id} is starting: cancel again in a moment")
         if job.cancelling:
             raise Busy(f"run {run_id} is already being cancelled")
         job.cancelling = True

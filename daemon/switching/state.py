@@ -21,16 +21,11 @@ class SwitchState:
     park_from: LoadedProfile | None = None  # the serving engine, parked instead of stopped where it may be
     resumed_wake: bool = False  # a daemon restart cut a wake short: the engine followed was woken
     stepping: str | None = None  # between the steps a cancel can end (the drain, the attempt): what it does
-    # The transaction's task has run its first step: a task cancelled before that never enters the code
-    # that ends its run (asyncio throws into a coroutine that has not started), so the run stayed running
-    begun: bool = False
     profiles: ProfileSet = field(default_factory=ProfileSet)  # read once, when the switch was asked for
 
     def refusal(self, run_id: int) -> str | None:
         if self.rolling_back:
             return f"run {run_id} has failed and is rolling back: the rollback cannot be cancelled"
-        if not self.begun:
-            return f"run {run_id} is starting: cancel again in a moment"
         if self.stepping:
             return f"run {run_id} is {self.stepping}: cancel again in a moment"
         return None

@@ -173,7 +173,6 @@ class Switcher:
     async def _transaction(
         self, run_id: int, lp: LoadedProfile, previous: str | None, txn: SwitchState, *, resume: bool = False
     ) -> None:
-        txn.begun = True  # from here on a cancel lands in code that ends the run (SwitchState.begun)
         try:
             if not await drain_for_switch(run_id, self.recorder, self.host.prober, self.drain_times, txn):
                 return  # cancelled while draining: nothing was stopped

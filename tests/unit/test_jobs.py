@@ -32,6 +32,7 @@ async def test_an_experiment_holds_the_host_and_keeps_it_out_of_rotation() -> No
     with pytest.raises(Busy, match="being warmed already"):
         with jobs.admit(JobKind.WARM, subject="alpha"):
             pass
+    await asyncio.sleep(0)  # the warm's task runs its first step
     jobs.cancel(9)
     with pytest.raises(Busy, match="already being cancelled"):
         jobs.cancel(9)
@@ -48,3 +49,25 @@ async def test_a_slot_whose_run_never_started_is_given_up() -> None:
     with pytest.raises(RuntimeError), jobs.admit(JobKind.BENCHMARK):
         raise RuntimeError("the run could not be created")
     assert jobs.busy_reason() is None
+
+
+async def test_a_job_whose_task_has_not_begun_refuses_a_cancel_that_would_leave_its_run_unended() -> None:
+    """asyncio throws a cancel into a coroutine that has not started, past every handler in it: the
+    benchmark runner's (which records the run's end) never ran, and the run stayed running for good."""
+    jobs = Jobs(StateHub())
+    ended: list[str] = []
+
+    async def body() -> None:
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            ended.append("cancelled")  # the run's end, recorded
+
+    with jobs.admit(JobKind.BENCHMARK) as slot:
+        task = slot.start(5, body())
+    with pytest.raises(Busy, match="run 5 is starting: cancel again in a moment"):
+        jobs.cancel(5)
+    await asyncio.sleep(0)
+    jobs.cancel(5)
+    await task
+    assert ended == ["cancelled"]
