@@ -12,7 +12,8 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 
 from daemon.core.hoststate import HostState, HostStatus, StateHub
 from daemon.engines.load_stages import segments
-from daemon.store.queries import MetricsSummary, Store
+from daemon.store.queries import Store
+from daemon.store.summary import MetricsSummary
 from daemon.store.switch_cost import DOWNTIME_BUCKETS, SwitchCostStore
 
 if TYPE_CHECKING:

@@ -7,7 +7,7 @@ import itertools
 import json
 import threading
 from collections.abc import Collection, Iterator
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from sqlalchemy import Engine, Executable, event, func, text
@@ -19,6 +19,7 @@ from daemon.core.jsontypes import StoredJson
 from daemon.core.run_types import FINAL_OUTCOMES, NewRun, Outcome, Phase, Progress, RunKind
 from daemon.store.db import healthy, make_engine, move_aside, private, upgrade
 from daemon.store.models import Experiment, Run, RunEvent, TeardownRecord, utcnow
+from daemon.store.summary import MetricsSummary, stages, summarize
 
 
 @dataclass(frozen=True)
@@ -35,21 +36,7 @@ class RunView:
 
     @property
     def load_stages(self) -> dict[str, float] | None:
-        return _stages(self.run)
-
-
-@dataclass
-class MetricsSummary:
-    """What /metrics exports from the database: computed in SQL once, then kept current as runs begin and
-    end (a scrape never reads the runs table: ~23 ms at 100k runs, even with indexes)."""
-
-    counts: dict[tuple[str, str], int] = field(default_factory=dict)
-    load_seconds: dict[str, float] = field(default_factory=dict)  # each profile's last good switch
-    switch_seconds: dict[str, float] = field(default_factory=dict)
-    teardown_seconds: float | None = None
-    teardown_ok: bool | None = None  # the newest teardown verified the GPUs clean
-    # Each profile's last good load, its stages as the engine printed them.
-    load_stages: dict[str, dict[str, float]] = field(default_factory=dict)
+        return stages(self.run)
 
 
 # SQLite's words for a database that cannot take a write now but may later (SQLITE_FULL, READONLY, IOERR).
@@ -138,8 +125,7 @@ class Store:
     def _count(self, kind: str, outcome: str, n: int) -> None:
         with self._summary_lock:
             if self._summary is not None:
-                key = (kind, outcome)
-                self._summary.counts[key] = self._summary.counts.get(key, 0) + n
+                self._summary.count(kind, outcome, n)
 
     def add_event(
         self,
@@ -192,15 +178,10 @@ class Store:
             s.commit()
             self._count(run.kind, Outcome.RUNNING, -1)
             self._count(run.kind, outcome, +1)
-            if outcome is Outcome.ACTIVE and run.profile:
+            if outcome is Outcome.ACTIVE:
                 with self._summary_lock:
                     if self._summary is not None:
-                        if run.load_seconds is not None:
-                            self._summary.load_seconds[run.profile] = run.load_seconds
-                            self._summary.load_stages[run.profile] = _stages(run) or {}
-                        seconds = (run.ended_at - run.started_at).total_seconds() if run.ended_at else None
-                        if seconds is not None:
-                            self._summary.switch_seconds[run.profile] = seconds
+                        self._summary.switched(run)
             return _id(event.id)
 
     def save_teardown(self, *, run_id: int | None, ok: bool, report: StoredJson) -> int:
@@ -270,49 +251,14 @@ class Store:
         """A copy of the current summary (computed in SQL the first time, and after `forget_summary`)."""
         with self._summary_lock:
             if self._summary is None:
-                self._summary = self._summarize()
-            s = self._summary
-            return replace(
-                s,
-                counts=dict(s.counts),
-                load_seconds=dict(s.load_seconds),
-                switch_seconds=dict(s.switch_seconds),
-                load_stages=dict(s.load_stages),
-            )
+                with self.session() as s:
+                    self._summary = summarize(s)
+            return self._summary.copy()
 
     def forget_summary(self) -> None:
         """Runs changed in bulk (interrupted at start, pruned): the next scrape aggregates again."""
         with self._summary_lock:
             self._summary = None
-
-    def _summarize(self) -> MetricsSummary:
-        """Aggregated in SQL: counts by kind and outcome, each profile's newest good switch, the newest
-        teardown's duration."""
-        with self.session() as s:
-            counts = s.exec(select(Run.kind, Run.outcome, func.count()).group_by(Run.kind, Run.outcome)).all()
-            newest = (
-                select(func.max(Run.id))
-                .where(Run.outcome == Outcome.ACTIVE, col(Run.profile).is_not(None))
-                .group_by(Run.profile)
-            )
-            good = s.exec(select(Run).where(col(Run.id).in_(newest))).all()
-            last_td = s.exec(select(TeardownRecord).order_by(col(TeardownRecord.id).desc()).limit(1)).first()
-        return MetricsSummary(
-            counts={(k, o): int(n) for k, o, n in counts},
-            load_seconds={
-                r.profile: r.load_seconds for r in good if r.profile and r.load_seconds is not None
-            },
-            switch_seconds={
-                r.profile: (r.ended_at - r.started_at).total_seconds()
-                for r in good
-                if r.profile and r.ended_at
-            },
-            teardown_seconds=json.loads(last_td.report).get("steps", {}).get("total_s") if last_td else None,
-            teardown_ok=last_td.ok if last_td else None,
-            load_stages={
-                r.profile: _stages(r) or {} for r in good if r.profile and r.load_seconds is not None
-            },
-        )
 
     def open_runs(self, *, kind: RunKind) -> list[Run]:
         with self.session() as s:
@@ -373,9 +319,3 @@ def _id(value: int | None) -> int:
     if value is None:  # the database assigns it on commit
         raise RuntimeError("row has no id after commit")
     return value
-
-
-def _stages(run: Run) -> dict[str, float] | None:
-    """A switch's load stages as the engine printed them ({stage: seconds}), decoded."""
-    stages = json.loads(run.load_stages) if run.load_stages else None
-    return {str(k): float(v) for k, v in stages.items()} if isinstance(stages, dict) else None
