@@ -342,8 +342,7 @@ class Experiments:
         try:
             await asyncio.wait({task})
         except asyncio.CancelledError:
-            task.cancel()
-            await asyncio.wait({task})
+            await self.jobs.stop(bid)  # not before its task begins: the runner records its end
             step.outcomes.append(Outcome.CANCELLED)
             raise
         step.outcomes.append(Outcome.CANCELLED if task.cancelled() else task.result())

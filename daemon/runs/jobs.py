@@ -53,7 +53,7 @@ class Job:
     cancelling: bool = False
     # Its task has run its first step: a task cancelled before that never enters the code that ends its
     # run (asyncio throws into a coroutine that has not started), and the run would stay running for good.
-    begun: bool = False
+    begun: asyncio.Event = field(default_factory=asyncio.Event)
     line: str | None = None  # its one-line progress, for /status
 
     @property
@@ -186,7 +186,7 @@ class Jobs:
         job.run_id = run_id
 
         async def begin() -> Any:
-            job.begun = True
+            job.begun.set()
             return await body
 
         job.task = asyncio.create_task(begin())
@@ -221,7 +221,7 @@ class Jobs:
             raise WrongState(f"run {run_id} is not in progress")
         if why := job.refuse_cancel(run_id):
             raise Busy(why)
-        if not job.begun:
+        if not job.begun.is_set():
             raise Busy(f"run {run_id} is starting: cancel again in a moment")
         if job.cancelling:
             raise Busy(f"run {run_id} is already being cancelled")
@@ -236,15 +236,21 @@ class Jobs:
         if job is not None and job.task is not None:
             await asyncio.wait({job.task})
 
+    async def stop(self, run_id: int) -> None:
+        """A job's cancel by the job that started it (an experiment's benchmark): once its task has begun
+        (Job.begun), then until it has ended."""
+        job = self.find(run_id)
+        if job is None or job.task is None:
+            return
+        await job.begun.wait()
+        job.cancelling = True
+        job.on_cancel()
+        job.task.cancel()
+        await asyncio.wait({job.task})
+
     async def close(self) -> None:
         """At shutdown the warms stop (their reader threads too); switches and benchmarks run to the end of
         the process."""
-        tasks = []
         for j in self.running(JobKind.WARM):
-            if j.task is not None:
-                j.on_cancel()
-                j.task.cancel()
-                tasks.append(j.task)
-        for t in tasks:
             with contextlib.suppress(asyncio.CancelledError, Exception):
-                await t
+                await self.stop(j.run_id)

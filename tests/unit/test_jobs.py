@@ -71,3 +71,9 @@ async def test_a_job_whose_task_has_not_begun_refuses_a_cancel_that_would_leave_
     jobs.cancel(5)
     await task
     assert ended == ["cancelled"]
+    # The job that started one (an experiment its benchmark) stops it at once: it waits for the begin.
+    with jobs.admit(JobKind.BENCHMARK) as slot:
+        slot.start(6, body())
+    await jobs.stop(6)
+    assert ended == ["cancelled", "cancelled"]
+    assert jobs.running() == []
