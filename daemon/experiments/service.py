@@ -15,10 +15,8 @@ from daemon.core.hoststate import HostState
 from daemon.core.jsontypes import StoredJson
 from daemon.core.profiles import ProfileSet
 from daemon.core.run_types import NewRun, Outcome, Phase, RunKind
-from daemon.experiments import sequential
-from daemon.experiments.across import across_load
+from daemon.experiments import round_verdicts
 from daemon.experiments.comparison_read import Judging
-from daemon.experiments.per_request import verdict_lines
 from daemon.experiments.record import Record, Restore, Step
 from daemon.experiments.request import ExperimentRequest
 from daemon.experiments.rounds import orders
@@ -31,7 +29,7 @@ from daemon.measure.runner import BenchmarkRunner
 from daemon.measure.spec import BenchmarkSpec
 from daemon.runs.jobs import JobKind, Jobs, Slot
 from daemon.runs.recorder import RunRecorder
-from daemon.store.bench import BenchmarkView, BenchStore
+from daemon.store.bench import BenchStore
 from daemon.switching.transaction import Switcher
 
 log = logging.getLogger("k25.bench")
@@ -219,7 +217,7 @@ class Experiments:
                 label = f"{step.profile} ({where}{i + 1}/{len(steps)})"
                 await self._step(ex, label, step, record, nxt)
                 if ex.req.until_decided and nxt is not None and steps[i + 1].round != step.round:
-                    if why := await self._decided(record, step.round + 1, ex.req):
+                    if why := await round_verdicts.decided(self.bench_store, record, step.round + 1, ex.req):
                         await self.recorder.event(run_id, Phase.MEASURING, f"stopping early: {why}")
                         log.info("run %d: stopping early: %s", run_id, why)
                         break
@@ -248,40 +246,8 @@ class Experiments:
                 await self.recorder.event(run_id, Phase.MEASURING, f"best: {result.recommendation}")
         await self.recorder.finish(run_id, outcome, error=error, detail=detail)
 
-    async def _by_round(self, record: Record) -> dict[str, list[BenchmarkView]]:
-        """Each profile's first benchmark of each round, in round order (the ones that ended ok)."""
-        per: dict[str, list[BenchmarkView]] = {}
-        for s in record.steps:
-            for run in s.benchmark_run_ids[:1]:
-                view = await asyncio.to_thread(self.bench_store.get, run_id=run, requests=False)
-                if view is not None and view.run.outcome == Outcome.OK:
-                    per.setdefault(s.profile, []).append(view)
-        return per
-
-    async def _decided(self, record: Record, rounds: int, req: ExperimentRequest) -> str | None:
-        """After a round: whether every level's output throughput is decided between the two profiles
-        (sequential.py), from each round's benchmark of each; None: measure another round."""
-        per = {
-            name: [[float(x.get("output_throughput") or 0.0) for x in v.summaries] for v in views]
-            for name, views in (await self._by_round(record)).items()
-        }
-        a, b = (per.get(name, []) for name in req.profiles)
-        if min(len(a), len(b)) < 2 or any(0.0 in f for f in (*a, *b)):
-            return None
-        levels = range(min(len(f) for f in (*a, *b)))
-        looks = [sequential.look([f[i] for f in a], [f[i] for f in b], req.rounds) for i in levels]
-        return sequential.stop(looks, rounds, req.rounds)
-
     async def _verdicts(self, run_id: int, record: Record, profiles: list[str]) -> list[str]:
-        """Each profile against the first one, from this experiment's requests; a drift of the first."""
-        try:
-            c = await self.judging.compare(baseline=profiles[0], experiment=run_id)
-        except K25Error as e:
-            return [f"no verdicts: {e}"]
-        lines = verdict_lines(c) + [n for n in c.notes if n.startswith("drift")]
-        if len(profiles) == 2:  # across load: per-level ratios and the crossover, or the capacity ratio
-            per = await self._by_round(record)
-            lines += across_load(per.get(profiles[0], []), per.get(profiles[1], []))
+        lines = await round_verdicts.verdicts(self.judging, self.bench_store, run_id, record, profiles)
         for line in lines:
             log.info("run %d: %s", run_id, line)
             await self.recorder.event(run_id, Phase.MEASURING, line)
