@@ -11,9 +11,7 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-import aiohttp
 import httpx
-from httpx_aiohttp import AiohttpTransport
 
 from daemon.core.jsontypes import RequestBody
 from daemon.measure.metrics import RequestRecord, Status, StreamReader
@@ -32,27 +30,6 @@ class LevelResult:
     sent: int = 0  # an open stream's requests sent (those cut off at its end have no record)
 
 
-class _VllmLikeTransport(AiohttpTransport):
-    """aiohttp set up as `vllm bench serve` sets up its own session, and each request stamped when it is
-    handed to aiohttp: vLLM's TTFT counts from just before its `session.post`, and with it the look-ups a
-    session that trusts the environment makes per request, off the event loop (~/.netrc, HTTP(S)_PROXY /
-    NO_PROXY: two executor hops). Without them k25-ctl's TTFT came out 0.4-0.6 ms shorter than vLLM's on
-    the same requests (found by measuring TTFT against `vllm bench serve`: perf/ttft_truth.py)."""
-
-    def __init__(self, connections: int) -> None:
-        def session() -> aiohttp.ClientSession:  # made on first use, inside the running loop
-            connector = aiohttp.TCPConnector(
-                limit=connections, limit_per_host=connections, keepalive_timeout=60
-            )
-            return aiohttp.ClientSession(connector=connector, trust_env=True)
-
-        super().__init__(client=session)
-
-    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
-        request.extensions[SENT] = time.perf_counter()
-        return await super().handle_async_request(request)
-
-
 ARRIVAL_BLOCK = 16  # an open stream's arrivals come at exactly its rate over each block of this many
 SENT = "k25_sent"  # the request extension that holds when the transport took the request (perf_counter)
 
@@ -60,8 +37,10 @@ SENT = "k25_sent"  # the request extension that holds when the transport took th
 def new_client(timeout_s: float, connections: int) -> httpx.AsyncClient:
     """httpx over aiohttp's transport: its C HTTP parser costs a fraction of h11's per streamed chunk; that
     lets one core follow 20,000+ tokens/s without skewing the timestamps (perf/client_accuracy.py)."""
+    from daemon.measure.transport import VllmLikeTransport  # aiohttp: 0.2 s of CPU, on a benchmark only
+
     return httpx.AsyncClient(
-        transport=_VllmLikeTransport(connections), timeout=httpx.Timeout(timeout_s, connect=10.0)
+        transport=VllmLikeTransport(connections, SENT), timeout=httpx.Timeout(timeout_s, connect=10.0)
     )
 
 

@@ -7,11 +7,12 @@ from pathlib import Path
 
 import pytest
 from alembic import command
+from alembic.script import ScriptDirectory
 
 from daemon.core.errors import StoreError
 from daemon.core.run_types import NewRun, Outcome, Phase, Progress, RunKind
 from daemon.store.bench import BenchStore
-from daemon.store.db import alembic_config, downgrade, upgrade
+from daemon.store.db import SCHEMA_HEAD, alembic_config, downgrade, stored_revision, upgrade
 from daemon.store.queries import ExperimentLeft, Store
 
 
@@ -139,3 +140,15 @@ def test_an_interrupted_experiment_says_what_it_was_to_restore(tmp_path: Path) -
     assert store.interrupted_experiment([plain, older]) == ExperimentLeft(plain, "baseline", {})
     assert store.interrupted_experiment([stays]) == ExperimentLeft(stays, None, {})
     assert store.interrupted_experiment([]) is None
+
+
+def test_the_schema_head_the_daemon_starts_on_is_alembics(tmp_path: Path) -> None:
+    """A database at SCHEMA_HEAD is not handed to Alembic at a daemon's start: the constant must name the
+    newest migration (a new migration moves it too)."""
+    assert SCHEMA_HEAD == ScriptDirectory.from_config(alembic_config(tmp_path / "k25.db")).get_current_head()
+    db = tmp_path / "k25.db"
+    upgrade(db)
+    assert stored_revision(db) == SCHEMA_HEAD
+    downgrade(db, "0012")
+    upgrade(db)  # one behind: migrated
+    assert stored_revision(db) == SCHEMA_HEAD
