@@ -4,6 +4,7 @@ collection, as a collection's CI runs it."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import re
 import shutil
@@ -92,11 +93,18 @@ def ansible_test(*args: str, tail: int = 6000) -> str:
     """`ansible-test ARGS --python X.Y` in the collection's folder; asserts it passed and returns its output."""
     _stand_in_for_get_pip()
     python = f"{sys.version_info.major}.{sys.version_info.minor}"
-    done = subprocess.run(
-        [str(Path(sys.executable).parent / "ansible-test"), *args, "--python", python, "--color", "no"],
-        cwd=COLLECTION, capture_output=True, text=True, timeout=600, check=False,
-        env=tool_env(Path.home()),
-    )  # fmt: skip
+    # One at a time across the test workers: each run makes its venvs in the collection's own
+    # tests/output/.tmp, and two side by side broke each other's pip install (a fleet test beside the
+    # sanity module's unit tests).
+    lock = COLLECTION / "tests/output/.ansible-test.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        done = subprocess.run(
+            [str(Path(sys.executable).parent / "ansible-test"), *args, "--python", python, "--color", "no"],
+            cwd=COLLECTION, capture_output=True, text=True, timeout=600, check=False,
+            env=tool_env(Path.home()),
+        )  # fmt: skip
     out = done.stdout + done.stderr
     print(out[-tail:])
     assert done.returncode == 0, out[-tail:]

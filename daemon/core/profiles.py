@@ -59,7 +59,7 @@ class ParkMode(enum.StrEnum):
 
 
 class SpeculativeConfig(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     method: Literal["eagle3", "eagle", "ngram", "mtp"] = "eagle3"
     draft_model: str = Field(min_length=1)
@@ -77,7 +77,7 @@ class SpeculativeConfig(BaseModel):
 
 
 class Profile(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, defer_build=True)
 
     name: str
     description: str = ""

@@ -89,7 +89,7 @@ def make_engine(path: Path) -> Engine:
     return engine
 
 
-# The newest migration's revision (tests/unit/test_migrations.py holds it to Alembic's head): a database
+# The newest migration's revision (tests/unit/test_store.py holds it to Alembic's head): a database
 # already there is not handed to Alembic, whose import (its dialects with it) costs 0.4 s of CPU at every
 # daemon start.
 SCHEMA_HEAD = "0013"
