@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import logging
+import signal
 import subprocess
 import sys
 import time
@@ -103,14 +104,22 @@ def main() -> None:
         "it is (a long run that edits here do not reach)",
     )
     args = ap.parse_args()
+    # A stop by `kill` (a background job ignores SIGINT) unwinds like Ctrl-C: the sandbox goes down, its
+    # tmpfs is unmounted (world.booted's finally); the planted run's child is stopped the same way.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     if args.plant:
         tree, python = plant.prepare(args.plant)
         at = sys.argv.index("--plant")
         argv = sys.argv[1:at] + sys.argv[at + 2 :]
-        ran = subprocess.run(
-            [python, tree / "perf/simulate.py", *argv, "--traces", str(args.traces)], check=False
-        )
-        sys.exit(ran.returncode)
+        with subprocess.Popen(
+            [python, tree / "perf/simulate.py", *argv, "--traces", str(args.traces)]
+        ) as child:
+            try:
+                sys.exit(child.wait())
+            finally:
+                if child.poll() is None:
+                    child.terminate()
+                    child.wait()
     logging.basicConfig(level=logging.WARNING, format="%(message)s")
     logging.getLogger("k25.sim").setLevel(logging.INFO)
     steps = load_trace(args.replay) if args.replay else plan(args.seed, args.steps)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -124,16 +125,19 @@ class World:
 def booted() -> Iterator[World]:
     """A fresh world; everything it booted or mounted is gone afterwards."""
     folder = Path(tempfile.mkdtemp(prefix="k25-sim-"))
-    profiles, models = folder / "profiles", folder / "models"
-    profiles.mkdir()
-    _write_profiles(profiles, models)
-    with tmpfs(folder / "state", STATE_SIZE) as state:
-        settings = {"state_dir": json.dumps(str(state)), "default_profile": json.dumps("alpha"),
-                    "restart_backoff_s": str(RESTART_BACKOFF_S)}  # fmt: skip
-        info = sbx.up(profiles=profiles, load_seconds=0.3, binds=(models, state), settings=settings)
-        try:
-            world = World(info, state)
-            yield world
-            world.client.close()
-        finally:
-            sbx.down(info)
+    try:
+        profiles, models = folder / "profiles", folder / "models"
+        profiles.mkdir()
+        _write_profiles(profiles, models)
+        with tmpfs(folder / "state", STATE_SIZE) as state:
+            settings = {"state_dir": json.dumps(str(state)), "default_profile": json.dumps("alpha"),
+                        "restart_backoff_s": str(RESTART_BACKOFF_S)}  # fmt: skip
+            info = sbx.up(profiles=profiles, load_seconds=0.3, binds=(models, state), settings=settings)
+            try:
+                world = World(info, state)
+                yield world
+                world.client.close()
+            finally:
+                sbx.down(info)
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
