@@ -33,6 +33,16 @@ async def _parkable_baseline(env: Env, tmp_path: Path) -> None:
     await _activate(env, "baseline")
 
 
+async def _parked_while_alpha_serves(env: Env, tmp_path: Path) -> str:
+    """baseline parked by the switch to alpha; its engine answers as awake from now on (the next wake's
+    view). Its unit."""
+    await _parkable_baseline(env, tmp_path)
+    env.prober.json_answers[("baseline", "/is_sleeping")] = {"is_sleeping": True}
+    await _activate(env, "alpha")
+    env.prober.json_answers[("baseline", "/is_sleeping")] = {"is_sleeping": False}
+    return "k25-engine@baseline.service"
+
+
 def _details(run: Any, phase: str) -> list[str]:
     return [e["detail"] for e in run["events"] if e["phase"] == phase]
 
@@ -119,11 +129,7 @@ async def test_a_cold_start_records_the_known_answer_that_profiles_show(tmp_path
 
 async def test_a_wake_that_answers_garbage_is_stopped_and_started_cold(tmp_path: Path) -> None:
     async with running_env(tmp_path, park_ram_reserve_bytes=0) as env:
-        await _parkable_baseline(env, tmp_path)
-        unit = "k25-engine@baseline.service"
-        env.prober.json_answers[("baseline", "/is_sleeping")] = {"is_sleeping": True}
-        await _activate(env, "alpha")
-        env.prober.json_answers[("baseline", "/is_sleeping")] = {"is_sleeping": False}
+        unit = await _parked_while_alpha_serves(env, tmp_path)
         env.prober.garbled.add("baseline")  # the wake restores no weights: fluent garbage, /health 200
         env.prober.answers_asked.clear()
         back = await _activate(env, "baseline")
@@ -147,11 +153,7 @@ async def test_a_wake_cancelled_midway_is_no_longer_parked_and_is_stopped(tmp_pa
     """A cancel while the wake's probe runs (the simulation: an experiment cancelled as it woke a parked
     profile) once left the engine awake but listed as parked, spared by every teardown after."""
     async with running_env(tmp_path, park_ram_reserve_bytes=0) as env:
-        await _parkable_baseline(env, tmp_path)
-        unit = "k25-engine@baseline.service"
-        env.prober.json_answers[("baseline", "/is_sleeping")] = {"is_sleeping": True}
-        await _activate(env, "alpha")
-        env.prober.json_answers[("baseline", "/is_sleeping")] = {"is_sleeping": False}
+        unit = await _parked_while_alpha_serves(env, tmp_path)
         env.prober.gate.clear()  # the probe after the wake hangs
         r = await env.client.post("/profiles/baseline/activate", headers=env.auth)
         run_id = r.json()["run_id"]
