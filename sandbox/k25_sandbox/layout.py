@@ -337,7 +337,8 @@ def shared_cache(root: Path) -> Path:
 def _fakes_hash() -> str:
     """The fake engines' code: a change to it (a flag added) is a new cache, never a stale flag list."""
     here = Path(__file__).parent
-    text = b"".join((here / name).read_bytes() for name in ("fake_engine.py", "fake_install.py"))
+    names = ("fake_engine.py", "fake_args.py", "fake_install.py")
+    text = b"".join((here / name).read_bytes() for name in names)
     return hashlib.sha256(text).hexdigest()[:12]
 
 
