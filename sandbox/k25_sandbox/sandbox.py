@@ -18,11 +18,11 @@ from pathlib import Path
 
 from daemon.core.errors import HostTimeout, K25Error, NotFound
 from k25_sandbox import reaping
+from k25_sandbox.cgroups import memory_dir, plan_cgroups
 from k25_sandbox.layout import make_weights, work_dir, write_base_units, write_tree
 from k25_sandbox.ports import free_port
 
 SANDBOX_HOME = Path(os.environ.get("K25_SANDBOX_HOME", "/tmp/k25-sandboxes"))
-CGROUP_FS = Path("/sys/fs/cgroup")
 
 
 @dataclass
@@ -65,44 +65,6 @@ class SandboxInfo:
             f"K25_CONFIG={self.config}",
             *argv,
         ]
-
-
-def _cgroup_mount(hid: str, controllers: str) -> Path | None:
-    if hid == "0":
-        unified = CGROUP_FS / "unified"
-        return unified if unified.is_dir() else CGROUP_FS
-    name = controllers.removeprefix("name=")
-    for cand in (CGROUP_FS / name, CGROUP_FS / controllers):
-        if cand.is_dir():
-            return cand
-    return None
-
-
-def plan_cgroups(name: str) -> list[str]:
-    """One cgroup per hierarchy, below ours: the sandbox's systemd takes it as its root, so two sandboxes
-    (or the host) never share a unit cgroup."""
-    dirs = []
-    for line in Path("/proc/self/cgroup").read_text().splitlines():
-        hid, controllers, path = line.split(":", 2)
-        mount = _cgroup_mount(hid, controllers)
-        if mount is None or not os.access(mount, os.W_OK):
-            continue
-        d = mount / path.lstrip("/") / f"k25-{name}"
-        if str(d) not in dirs:
-            dirs.append(str(d))
-    return dirs
-
-
-def memory_dir(cgroups: list[str]) -> Path | None:
-    """The sandbox's cgroup of the memory controller (v1: its own hierarchy; v2: the unified one, where
-    the controller is enabled), or None."""
-    for d in map(Path, cgroups):
-        if d.is_relative_to(CGROUP_FS / "memory"):
-            return d
-        controllers = d.parent / "cgroup.controllers"
-        if controllers.exists() and "memory" in controllers.read_text().split():
-            return d
-    return None
 
 
 # A fresh host's private trees: overlays on the real ones (reads fall through, writes stay in the sandbox),

@@ -17,6 +17,7 @@ import pytest
 from daemon.core.errors import K25Error
 from daemon.host.memory import FILE_PAGES, CgroupAvailable
 from k25_sandbox import sandbox as sbx
+from k25_sandbox.cgroups import memory_dir
 from k25_sandbox.layout import fake_engine_profile, make_models
 from k25_sandbox.ports import free_port
 from tests.parking_host import MIB, details, parked_profiles, switch
@@ -52,7 +53,7 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
 
 
 def _cgroup(api: Api) -> Path:
-    d = sbx.memory_dir(api.info.cgroups)
+    d = memory_dir(api.info.cgroups)
     assert d is not None
     return d
 
