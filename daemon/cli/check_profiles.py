@@ -10,7 +10,7 @@ import json
 import os
 
 from daemon.cli.exit_codes import EXIT_FAILED, EXIT_OK
-from daemon.core.profiles import PRIVATE_TMP_HINT, model_paths, under_private_tmp
+from daemon.core.profile_files import PRIVATE_TMP_HINT, model_paths, under_private_tmp
 from daemon.core.settings import load_settings
 from daemon.engines import engine_for
 from daemon.engines.checks import load_checked_profiles

@@ -7,14 +7,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from pathlib import Path
 
-from daemon.core.profiles import (
-    InvalidProfile,
-    LoadedProfile,
-    Profile,
-    ProfileSet,
-    load_profiles,
-    parse_profile,
-)
+from daemon.core.profile_files import load_profiles, parse_profile
+from daemon.core.profiles import InvalidProfile, LoadedProfile, Profile, ProfileSet
 from daemon.engines import engine_for
 
 ExtraCheck = Callable[[Profile], list[tuple[str, str]]]

@@ -15,7 +15,8 @@ from pathlib import Path
 
 from daemon.core.command import k25_command
 from daemon.core.errors import K25Error
-from daemon.core.profiles import engine_unit, under_private_tmp
+from daemon.core.profile_files import under_private_tmp
+from daemon.core.profiles import engine_unit
 from daemon.engines import ENGINES
 from k25_sandbox import fake_install
 from k25_sandbox.ports import free_port

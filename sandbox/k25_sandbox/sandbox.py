@@ -289,7 +289,8 @@ def start_profile(info: SandboxInfo, name: str, within_s: float = 300.0) -> None
     with it (its /events stream, subscribed before the start): the engine has loaded and answers."""
     import httpx
 
-    from daemon.core.profiles import InvalidProfile, parse_profile
+    from daemon.core.profile_files import parse_profile
+    from daemon.core.profiles import InvalidProfile
 
     item = parse_profile(Path(info.dir) / "etc/profiles.d" / f"{name}.toml")
     if isinstance(item, InvalidProfile):

@@ -14,7 +14,8 @@ from typing import Any
 
 import httpx
 
-from daemon.core.profiles import Profile, load_profiles
+from daemon.core.profile_files import load_profiles
+from daemon.core.profiles import Profile
 from daemon.core.settings import load_settings
 from daemon.engines import engine_for
 from daemon.engines.engine_types import LogKind

@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from daemon.core.profiles import LoadedProfile, Profile, load_profiles
+from daemon.core.profile_files import load_profiles
+from daemon.core.profiles import LoadedProfile, Profile
 from daemon.engines import engine_for
 from daemon.engines.answers import requests_for
 

@@ -15,14 +15,8 @@ from typing import Any
 import tomlkit
 
 from daemon.core.errors import InvalidInput
-from daemon.core.profiles import (
-    InvalidProfile,
-    LoadedProfile,
-    Profile,
-    SpeculativeConfig,
-    profile_from_data,
-    variant_unit,
-)
+from daemon.core.profile_files import profile_from_data
+from daemon.core.profiles import InvalidProfile, LoadedProfile, Profile, SpeculativeConfig, variant_unit
 from daemon.engines import engine_for
 from daemon.engines.checks import engine_check
 
