@@ -17,7 +17,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from k25_sandbox.layout import REPO
+from k25_sandbox.units import REPO
 
 HOME = Path("/var/cache/k25-wheelhouse")
 DONE = ".complete"

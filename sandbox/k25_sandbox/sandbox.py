@@ -19,8 +19,9 @@ from pathlib import Path
 from daemon.core.errors import HostTimeout, K25Error, NotFound
 from k25_sandbox import reaping
 from k25_sandbox.cgroups import memory_dir, plan_cgroups
-from k25_sandbox.layout import make_weights, work_dir, write_base_units, write_tree
+from k25_sandbox.layout import make_weights, write_tree
 from k25_sandbox.ports import free_port
+from k25_sandbox.units import work_dir, write_base_units
 
 SANDBOX_HOME = Path(os.environ.get("K25_SANDBOX_HOME", "/tmp/k25-sandboxes"))
 

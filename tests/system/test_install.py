@@ -19,8 +19,9 @@ import pytest
 
 from k25_sandbox import reaping
 from k25_sandbox import sandbox as sbx
-from k25_sandbox.layout import GPU_COUNT, REPO, fake_engine_profile
+from k25_sandbox.layout import GPU_COUNT, fake_engine_profile
 from k25_sandbox.ports import free_port
+from k25_sandbox.units import REPO
 from tests.playbooks import Played, play
 from tests.sandboxing import Api
 from tests.wheelhouse import offline_env, wheelhouse

@@ -11,8 +11,8 @@ from pathlib import Path
 import httpx
 
 from k25_sandbox import sandbox as sbx
-from k25_sandbox.layout import SANDBOX_NICE
 from k25_sandbox.sandbox import SandboxInfo
+from k25_sandbox.units import SANDBOX_NICE
 from tests.sandboxing import Api, daemon_pid, inside, probe, write_fault_profiles
 
 K25 = str(Path(sys.executable).parent / "k25-ctl")
@@ -22,7 +22,7 @@ def test_daemon_runs_as_a_unit_with_its_api(sandbox: SandboxInfo) -> None:
     r = inside(sandbox, "systemctl", "show", "-p", "ActiveState", "-p", "Type", "k25-ctl.service")
     assert "ActiveState=active" in r.stdout
     assert "Type=notify" in r.stdout
-    # The daemon and the engines run ahead of the machine's other processes (layout.SANDBOX_NICE): a fake
+    # The daemon and the engines run ahead of the machine's other processes (units.SANDBOX_NICE): a fake
     # engine's pace is the CPU's, where a real one's is its GPU's.
     for unit in ("k25-ctl.service", "k25-engine@vllm-eagle3.service", "vllm-kimi-k25-int4.service"):
         nice = inside(sandbox, "systemctl", "show", "-P", "Nice", unit).stdout.strip()

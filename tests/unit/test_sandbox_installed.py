@@ -17,10 +17,10 @@ REPO = Path(__file__).resolve().parents[2]
 PROBE = """
 import json, sys
 from pathlib import Path
-from k25_sandbox import layout
+from k25_sandbox import units
 root = Path(sys.argv[1])
-layout.write_units(root, root / "k25-ctl.toml")
-print(json.dumps({"module": layout.__file__, "units": sorted(p.name for p in (root / "units").glob("*.service")),
+units.write_units(root, root / "k25-ctl.toml")
+print(json.dumps({"module": units.__file__, "units": sorted(p.name for p in (root / "units").glob("*.service")),
                   "daemon_unit": (root / "units/k25-ctl.service").read_text()}))
 """
 
