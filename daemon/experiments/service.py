@@ -315,8 +315,17 @@ class Experiments:
 
     async def _switch_to(self, run_id: int, step: Step | Restore) -> str | None:
         """Switch (a run linked to the experiment) and wait for it; the error text, or None when active."""
+        # The switch is asked for in a task of its own: a cancel of the experiment meanwhile still learns
+        # the run it started, and cancels it below as it would any switch it waits for.
+        asking = asyncio.ensure_future(self.switcher.activate(step.profile, parent=run_id))
         try:
-            sid = await self.switcher.activate(step.profile, parent=run_id)
+            sid = await asyncio.shield(asking)
+        except asyncio.CancelledError:
+            with contextlib.suppress(K25Error):
+                if (started := await asking) is not None:
+                    step.switch_run_id = started
+                    await self._cancel_switch(started)
+            raise
         except K25Error as e:
             return str(e)
         step.switch_run_id = sid
@@ -324,9 +333,7 @@ class Experiments:
             try:
                 await self.jobs.wait(sid)
             except asyncio.CancelledError:
-                with contextlib.suppress(K25Error):  # it is already rolling back, or over
-                    self.jobs.cancel(sid)
-                await self.jobs.wait(sid)
+                await self._cancel_switch(sid)
                 raise
             view = await asyncio.to_thread(self.store.get_run, run_id=sid)
             if view is None or view.run.outcome != Outcome.ACTIVE:
@@ -337,6 +344,13 @@ class Experiments:
         if st.state is not HostState.ACTIVE or st.active_profile != step.profile:
             return f"after the switch the host is {st.state} ({st.active_profile or 'no profile'})"
         return None
+
+    async def _cancel_switch(self, sid: int) -> None:
+        """The experiment's switch cancelled, then waited for: a switch that refuses (rolling back, starting,
+        ending the serving run) runs to its end."""
+        with contextlib.suppress(K25Error):
+            self.jobs.cancel(sid)
+        await self.jobs.wait(sid)
 
     async def _restore(self, run_id: int, name: str) -> Restore:
         self.jobs.say(run_id, f"experiment run {run_id}: restoring {name}")

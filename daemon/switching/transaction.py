@@ -98,14 +98,29 @@ class Switcher:
         # nothing to do needs no place in the queue (a switch that just ended holds it)
         if not force and await self.serves(lp):
             return None
+        # From its admission to its task's start a switch runs to the end of the section whatever befalls
+        # the caller: a cancel there (an experiment cancelled as it asked for its switch) left the run
+        # created and never ended, the host switching (the simulation's seed 2026, step 1658).
+        starting = self._start(name, lp, profiles, kind, parent, from_profile, drain=drain and not force)
+        return await asyncio.shield(starting)
+
+    async def _start(
+        self,
+        name: str,
+        lp: LoadedProfile,
+        profiles: ProfileSet,
+        kind: RunKind,
+        parent: int | None,
+        from_profile: str | None,
+        *,
+        drain: bool,
+    ) -> int:
         # An operator's switch waits for a benchmark; a job's own switch and the watch's do not.
         with self._admit(name, parent, profiles) as (slot, txn):
             st = self.hub.status
             previous = from_profile or st.active_profile
             serving = self.serving.current() if st.state is HostState.ACTIVE else None
-            txn.leave_rotation(
-                serving, in_rotation=not self.jobs.out_of_rotation(), drain=drain and not force
-            )
+            txn.leave_rotation(serving, in_rotation=not self.jobs.out_of_rotation(), drain=drain)
             run_id = await self._new_run(kind, lp, from_profile=previous, parent=parent)
             self.recorder.begin(run_id, name)
             if txn.out_at is not None:

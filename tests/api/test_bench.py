@@ -3,10 +3,14 @@ served in-process by the fake vLLM (its real /metrics counters and /version)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Any
 
+import pytest
+
+from daemon.switching import transaction, upgrades
 from k25_sandbox.fake_install import DEFAULT_VERSIONS
 from tests.api.conftest import Env, running_env, wait_run
 
@@ -309,3 +313,35 @@ async def test_the_kept_lists_and_comparison_follow_every_change(env: Env) -> No
     assert len(after[0]) == 3
     assert after[0][0]["run_id"] == r.json()["run_id"]
     assert {row["profile"] for row in after[2]["rows"]} == {"alpha", "beta", "baseline"}
+
+
+async def test_an_experiment_cancelled_as_its_switch_is_created_ends_that_switch(
+    env: Env, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The simulation's seed 2026, step 1658: an experiment cancelled while its first switch's run was being
+    created (the run written, its task not yet started) left that run running for good, and the host with it.
+    The switch now starts whatever befalls the experiment, which then cancels it as any switch it waits for."""
+    await _activate(env, "baseline")
+    created, release = asyncio.Event(), asyncio.Event()
+    noticed = upgrades.notice_upgrade
+
+    async def held(*args: Any) -> None:  # right after the switch's run is written
+        created.set()
+        await release.wait()
+        await noticed(*args)
+
+    monkeypatch.setattr(transaction, "notice_upgrade", held)
+    r = await _post(env, "/experiments", {"profiles": ["alpha", "beta"], "benchmark": SPEC})
+    assert r.status_code == 202, r.text
+    experiment = r.json()["run_id"]
+    await asyncio.wait_for(created.wait(), 30)
+    assert (await env.client.post(f"/runs/{experiment}/cancel", headers=env.auth)).status_code == 202
+    release.set()
+    assert (await wait_run(env, experiment))["outcome"] == "cancelled"
+    runs = (await env.client.get("/runs", params={"limit": 50})).json()
+    running = [(r["kind"], r["profile"]) for r in runs if r["outcome"] == "running"]
+    assert running == [("serving", "baseline")], running  # baseline's engine serves on, nothing else runs
+    switch = next(r for r in runs if r["kind"] == "switch" and r["profile"] == "alpha")
+    assert switch["outcome"] in ("cancelled", "active"), switch  # cancelled, or refused while it began
+    st = (await env.client.get("/status")).json()
+    assert (st["state"], st["active_profile"]) == ("active", "baseline")  # the experiment restored it
